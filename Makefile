@@ -1,0 +1,70 @@
+# Everything a fresh Debian machine of this kind needs is installed from here: system
+# packages (apt), a virtualenv with a Python >= 3.12, and the local database servers.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MARIADB_URL ?= mysql://root@127.0.0.1:3306/dbqueue
+POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/dbqueue
+SQLITE_URL ?= sqlite:///$(CURDIR)/tests/dbqueue.sqlite3
+PYTEST ?= $(PY) -m pytest -q
+EXAMPLE_DB ?=
+
+.PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django52 \
+        lint check example bench bench-quick chaos clean
+
+help:
+	@echo "make example   - set up and run the example shop end to end (SQLite; DATABASE_URL=... for others)"
+	@echo "make test      - the whole test suite on MariaDB, PostgreSQL and SQLite (+ lint, checks)"
+	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
+
+# -- environment ----------------------------------------------------------------------------
+
+system-deps:
+	@bash scripts/system-deps.sh
+
+$(VENV)/.installed: pyproject.toml
+	@bash scripts/make-venv.sh $(VENV)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	@touch $@
+
+venv: system-deps $(VENV)/.installed
+
+services:
+	@bash scripts/start-services.sh
+
+# -- tests ----------------------------------------------------------------------------------
+
+test: venv services lint check test-mariadb test-postgresql test-sqlite test-django52
+
+lint: venv
+	$(VENV)/bin/ruff check django_dbqueue tests example_project bench
+
+check: venv
+	DATABASE_URL=$(SQLITE_URL) $(PY) -m django check --settings tests.settings --fail-level WARNING
+	DATABASE_URL=$(SQLITE_URL) $(PY) -m django makemigrations --check --dry-run --settings tests.settings
+	cd example_project && ../$(PY) manage.py makemigrations --check --dry-run
+
+test-mariadb: venv services
+	DATABASE_URL=$(MARIADB_URL) $(PYTEST)
+
+test-postgresql: venv services
+	DATABASE_URL=$(POSTGRES_URL) $(PYTEST)
+
+test-sqlite: venv
+	DATABASE_URL=$(SQLITE_URL) $(PYTEST)
+
+# A smoke run of the suite on the Django 5.2 LTS line (SQLite and MariaDB).
+test-django52: venv services
+	@bash scripts/make-venv.sh .venv-django52
+	.venv-django52/bin/pip install -q -e '.[dev]' 'Django>=5.2,<5.3'
+	DATABASE_URL=$(SQLITE_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow" --ignore=tests/chaos
+	DATABASE_URL=$(MARIADB_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes" --ignore=tests/chaos
+
+# -- example --------------------------------------------------------------------------------
+
+example: venv
+	cd example_project && DATABASE_URL=$(EXAMPLE_DB) ../$(PY) manage.py migrate -v0 && \
+	DATABASE_URL=$(EXAMPLE_DB) ../$(PY) manage.py shopdemo --orders 3000
+
+clean:
+	rm -rf $(VENV) .venv-django52 .pytest_cache .ruff_cache tests/*.sqlite3 example_project/*.sqlite3

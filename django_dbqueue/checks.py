@@ -1,0 +1,120 @@
+"""System checks: catch misconfiguration at ``manage.py check`` time, not in production."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core import checks
+from django.db import connections
+
+from .models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
+from .retry import RetryPolicy
+
+
+@checks.register(checks.Tags.models)
+def check_queue_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    if not django_settings.USE_TZ:
+        errors.append(
+            checks.Error(
+                "django_dbqueue needs USE_TZ = True: queue times are compared on the database clock in UTC.",
+                id="django_dbqueue.E001",
+            )
+        )
+    wanted = {a.label for a in app_configs} if app_configs else None
+    for model in queue_models():
+        if wanted is not None and model._meta.app_label not in wanted:
+            continue
+        errors.extend(_check_model(model))
+    return errors
+
+
+def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
+    errors: list[checks.CheckMessage] = []
+    label = model._meta.label
+    if not any(
+        tuple(index.fields[: len(CLAIM_INDEX_FIELDS)]) == CLAIM_INDEX_FIELDS for index in model._meta.indexes
+    ):
+        errors.append(
+            checks.Error(
+                f"{label} lost QueueMixin's claim index: without it every claim scans (and on "
+                "MySQL locks) the whole table.",
+                hint="Declare 'class Meta(QueueMixin.Meta):', or add "
+                f"models.Index(fields={list(CLAIM_INDEX_FIELDS)!r}) to Meta.indexes.",
+                obj=model,
+                id="django_dbqueue.E002",
+            )
+        )
+    for name in QUEUE_FIELDS:
+        ours = QueueMixin._meta.get_field(name)
+        theirs = model._meta.get_field(name)
+        if type(theirs) is not type(ours) or theirs.null != ours.null:
+            errors.append(
+                checks.Error(
+                    f"{label}.{name} clashes with the column QueueMixin adds "
+                    f"({type(ours).__name__}, null={ours.null}).",
+                    hint="Rename the model's own field; queue_* names belong to the queue.",
+                    obj=model,
+                    id="django_dbqueue.E003",
+                )
+            )
+    if not isinstance(model.queue_retry, RetryPolicy):
+        errors.append(
+            checks.Error(
+                f"{label}.queue_retry must be a retry policy (e.g. ExponentialBackoff()), "
+                f"not {model.queue_retry!r}.",
+                obj=model,
+                id="django_dbqueue.E004",
+            )
+        )
+    for attr in ("queue_lease", "queue_timeout"):
+        value = getattr(model, attr)
+        if value is None:
+            continue
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+            errors.append(
+                checks.Error(
+                    f"{label}.{attr} must be a positive number of seconds or a timedelta, not {value!r}.",
+                    obj=model,
+                    id="django_dbqueue.E005",
+                )
+            )
+    if model.process is QueueMixin.process:
+        errors.append(
+            checks.Warning(
+                f"{label} does not implement process(): every row it queues will fail.",
+                obj=model,
+                id="django_dbqueue.W001",
+            )
+        )
+    return errors
+
+
+@checks.register(checks.Tags.database)
+def check_databases(databases: Iterable[str] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """SKIP LOCKED is what lets workers claim without waiting on each other."""
+    errors: list[checks.CheckMessage] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        if connection.vendor != "mysql":
+            continue
+        connection.ensure_connection()
+        version = connection.mysql_version
+        if connection.mysql_is_mariadb and version < (10, 6):
+            found = "MariaDB {}.{}".format(*version[:2])
+        elif not connection.mysql_is_mariadb and version < (8, 0, 1):
+            found = "MySQL {}.{}.{}".format(*version[:3])
+        else:
+            continue
+        errors.append(
+            checks.Error(
+                f"Database '{alias}' is {found}, which has no SELECT ... FOR UPDATE SKIP LOCKED; "
+                "django_dbqueue needs MySQL >= 8.0.1 or MariaDB >= 10.6.",
+                id="django_dbqueue.E010",
+            )
+        )
+    return errors

@@ -1,0 +1,35 @@
+"""Settings, read lazily from ``DBQUEUE_<NAME>`` on every access (so override_settings works)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+
+
+class Settings:
+    #: Seconds a claim stays valid unless renewed; a model's ``queue_lease`` wins.
+    LEASE: float = 300.0
+    #: Rows claimed per claim statement by ``runqueue`` (``--batch-size``).
+    BATCH_SIZE: int = 100
+    #: Longest sleep of an idle worker between polls, in seconds (``--poll-interval``).
+    POLL_INTERVAL: float = 0.05
+    #: Seconds between two runs of the expired-lease rescue by each worker.
+    RESCUE_INTERVAL: float = 15.0
+    #: Rows the rescue statement handles at most per run (it is bounded, never a long scan).
+    RESCUE_LIMIT: int = 500
+    #: Seconds between two flushes of batched successes in lease mode.
+    FLUSH_INTERVAL: float = 1.0
+    #: Characters of a failure's traceback kept in ``queue_last_error``.
+    MAX_ERROR_LENGTH: int = 20_000
+    #: How often a claim is retried after a deadlock or lock-wait timeout.
+    DEADLOCK_RETRIES: int = 5
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.isupper():
+            default = object.__getattribute__(self, name)
+            return getattr(django_settings, "DBQUEUE_" + name, default)
+        return object.__getattribute__(self, name)
+
+
+settings = Settings()

@@ -1,0 +1,35 @@
+"""Exceptions a handler may raise, and the ones the queue raises at you."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class QueueError(Exception):
+    """Base class of the errors django_dbqueue raises."""
+
+
+class LeaseLost(QueueError):
+    """The row is no longer held by this claim: its lease ran out and it was rescued, or
+    another worker holds it now. The outcome was *not* written."""
+
+
+class Retry(Exception):
+    """Raise from ``process()`` to ask for another attempt after ``delay`` (seconds or a
+    timedelta; the retry policy's delay when None). It counts as a failed attempt, so
+    ``max_attempts`` still ends a row that keeps asking."""
+
+    def __init__(self, reason: str = "", *, delay: float | timedelta | None = None) -> None:
+        super().__init__(reason or "retry requested")
+        self.delay = delay
+
+
+class Discard(Exception):
+    """Raise from ``process()`` to fail the row for good (FAILED, no retry) with a reason."""
+
+
+class JobTimeout(BaseException):
+    """Raised inside a handler that ran longer than its model's ``queue_timeout``.
+
+    A BaseException, like asyncio's CancelledError, so that a handler's broad
+    ``except Exception`` cannot swallow it and keep running."""

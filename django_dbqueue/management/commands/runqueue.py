@@ -1,0 +1,170 @@
+"""``manage.py runqueue``: run queue workers. Thin: parse, validate, hand over to Supervisor."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from typing import Any
+
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from django_dbqueue.conf import settings
+from django_dbqueue.models import QueueMixin, queue_models
+from django_dbqueue.supervisor import Supervisor
+
+WORKER_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def positive_seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
+    return seconds
+
+
+def worker_id(value: str) -> str:
+    if not WORKER_ID.match(value):
+        raise argparse.ArgumentTypeError(
+            "use 1-200 letters, digits and . _ : @ - (it is stored and shown to operators)"
+        )
+    return value
+
+
+def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
+    if not labels:
+        found = queue_models()
+        if not found:
+            raise CommandError("No QueueMixin models are installed: nothing to consume.")
+        return found
+    resolved = []
+    for label in labels:
+        try:
+            model = apps.get_model(label)
+        except (LookupError, ValueError):
+            raise CommandError(f"Unknown model {label!r}: use app_label.ModelName.") from None
+        if not issubclass(model, QueueMixin) or model._meta.abstract:
+            raise CommandError(f"{label} is not a concrete QueueMixin model.")
+        resolved.append(model)
+    return resolved
+
+
+class Command(BaseCommand):
+    help = "Process queued rows of QueueMixin models until stopped (or drained, with --burst)."
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        # Wrong arguments raise CommandError (exit code 1 and a clear message), also when
+        # the command is called from code through call_command().
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parser.called_from_command_line = False
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "models",
+            nargs="*",
+            metavar="app_label.Model",
+            help="Queue models to consume (default: every installed one).",
+        )
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=1, help="Worker processes to run (default 1)."
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=None,
+            help=f"Rows claimed at once (default {settings.BATCH_SIZE}).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Drain what is due, then exit (a progress bar on a terminal).",
+        )
+        parser.add_argument(
+            "--max-jobs",
+            type=positive_int,
+            default=None,
+            help="Each worker process exits after this many jobs.",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_seconds,
+            default=None,
+            help=f"Longest idle wait between polls in seconds (default {settings.POLL_INTERVAL}).",
+        )
+        parser.add_argument(
+            "--lease",
+            type=positive_seconds,
+            default=None,
+            help="Seconds a claim is valid unless renewed (default: the model's queue_lease).",
+        )
+        parser.add_argument(
+            "--worker-id",
+            type=worker_id,
+            default=None,
+            help="Name shown in queue_locked_by (default host:pid; '-N' is appended per process).",
+        )
+        parser.add_argument(
+            "--database", default=None, help="Database alias to consume from (default: the router's choice)."
+        )
+        parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        models = resolve_models(options["models"])
+        database = options["database"]
+        if database is not None and database not in connections:
+            raise CommandError(f"Unknown database alias {database!r}.")
+        self._configure_logging(options["verbosity"])
+        progress = options["burst"] and not options["no_progress"] and sys.stderr.isatty()
+        supervisor = Supervisor(
+            concurrency=options["concurrency"],
+            worker_options={
+                "models": models,
+                "batch_size": options["batch_size"],
+                "burst": options["burst"],
+                "max_jobs": options["max_jobs"],
+                "poll_interval": options["poll_interval"],
+                "lease": options["lease"],
+                "worker_id": options["worker_id"],
+                "database": database,
+            },
+            progress=progress,
+            stdout=sys.stderr,
+        )
+        try:
+            totals = supervisor.run()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        if options["verbosity"] >= 1:
+            self.stdout.write(
+                f"runqueue: {totals.succeeded} succeeded, {totals.failed} failed attempts, "
+                f"{totals.released} given back, {totals.lost} late outcomes rejected, "
+                f"{totals.rescued} rescued"
+            )
+
+    @staticmethod
+    def _configure_logging(verbosity: int) -> None:
+        level = {0: logging.ERROR, 1: logging.INFO, 2: logging.INFO}.get(verbosity, logging.DEBUG)
+        logger = logging.getLogger("django_dbqueue")
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(level)

@@ -1,0 +1,487 @@
+"""QuerySet and manager of queue models: the only module that locks or writes queue rows.
+
+The claim protocol (see DESIGN.md):
+
+1. one short transaction: ``SELECT … WHERE state='ready' AND run_at <= now ORDER BY
+   priority DESC, run_at, pk LIMIT n FOR UPDATE SKIP LOCKED``, then one ``UPDATE … WHERE pk
+   IN (…)`` that marks the rows RUNNING with a fresh token and a lease; commit; no user code
+   runs while these locks are held;
+2. every outcome is written with ``WHERE pk … AND queue_token = <token> AND state='running'``
+   and its row count is checked, so a worker that lost its claim can never overwrite a row.
+
+Times are always the database's: claims and bulk operations use :class:`DbNow` in SQL, and
+a claimed row carries the database time of its claim plus a monotonic offset
+(:class:`Claim`), so outcome writes never depend on the worker host's wall clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import OperationalError, connections, models, transaction
+from django.db.models import Case, F, Value, When
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from .conf import settings
+from .states import QueueState
+
+if TYPE_CHECKING:
+    from .models import QueueMixin
+
+logger = logging.getLogger("django_dbqueue.query")
+
+T = TypeVar("T")
+
+#: The order in which ready rows are claimed; the mixin's composite index serves it.
+CLAIM_ORDER = ("-queue_priority", "queue_run_at", "pk")
+
+
+class DbNow(Now):
+    """The database's current time in UTC, whatever the session's time zone.
+
+    Django's ``Now()`` is ``CURRENT_TIMESTAMP(6)`` on MySQL, which follows the session
+    ``time_zone``; Django stores UTC (USE_TZ), so compare with ``UTC_TIMESTAMP(6)``.
+    """
+
+    def as_mysql(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra_context)
+
+
+def db_now_plus(delta: timedelta) -> models.Expression:
+    """``DbNow() + delta`` as a datetime expression (an INTERVAL on MySQL)."""
+    return models.ExpressionWrapper(
+        DbNow() + Value(delta, output_field=models.DurationField()),
+        output_field=models.DateTimeField(),
+    )
+
+
+def as_timedelta(value: float | int | timedelta, what: str = "duration") -> timedelta:
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        delta = timedelta(seconds=value)
+    else:
+        raise TypeError(f"{what} must be seconds (int/float) or a timedelta, not {value!r}")
+    if delta <= timedelta(0):
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return delta
+
+
+def new_token() -> int:
+    """A fresh claim token: random, so a row re-claimed by the same worker gets a new one."""
+    return secrets.randbits(62) + 1
+
+
+@dataclass
+class Claim:
+    """What a worker holds for a batch of rows it claimed in one statement."""
+
+    token: int
+    worker_id: str
+    lease: timedelta
+    using: str
+    #: The database's clock at the claim, and this process's monotonic clock at that moment.
+    claimed_at: datetime
+    monotonic_at: float = field(default_factory=time.monotonic)
+
+    def now(self) -> datetime:
+        """The database's time now, estimated from the claim without a round trip."""
+        return self.claimed_at + timedelta(seconds=time.monotonic() - self.monotonic_at)
+
+
+def is_transient_lock_error(exc: BaseException, using: str) -> bool:
+    """A deadlock, a lock-wait timeout or SQLite's busy lock: retrying the statement is safe."""
+    vendor = connections[using].vendor
+    if vendor == "mysql":
+        return bool(exc.args) and exc.args[0] in (1205, 1213)
+    if vendor == "postgresql":
+        return getattr(exc.__cause__, "sqlstate", None) in ("40P01", "40001", "55P03")
+    if vendor == "sqlite":
+        return "database is locked" in str(exc) or "database table is locked" in str(exc)
+    return False
+
+
+def retry_on_lock_errors(using: str, operation: Callable[[], T], what: str) -> T:
+    """Run ``operation`` (one whole transaction), retrying deadlocks with jittered backoff.
+
+    Inside a caller's transaction a retry is impossible (the transaction is already rolled
+    back), so the error goes up unchanged there.
+    """
+    retries = settings.DEADLOCK_RETRIES
+    for attempt in range(retries + 1):
+        try:
+            return operation()
+        except OperationalError as exc:
+            if (
+                attempt == retries
+                or connections[using].in_atomic_block
+                or not is_transient_lock_error(exc, using)
+            ):
+                raise
+            pause = random.uniform(0, 0.02 * 2**attempt)
+            logger.info("%s hit a lock conflict (%s); retry %d in %.3fs", what, exc, attempt + 1, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
+class QueueQuerySetMixin:
+    """Queue operations for any QuerySet of a QueueMixin model.
+
+    Compose it with your own QuerySet: ``class OrderQuerySet(QueueQuerySetMixin,
+    models.QuerySet)``. The bulk operations are one UPDATE each and return a row count;
+    none of them touches a RUNNING row (it belongs to its worker until the outcome).
+    """
+
+    model: type[QueueMixin]
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def ready(self) -> models.QuerySet:
+        """Rows that are READY and due now (database clock)."""
+        return self.filter(queue_state=QueueState.READY, queue_run_at__lte=DbNow())
+
+    def has_ready(self) -> bool:
+        """A cheap, lock-free, index-only probe an idle worker polls with."""
+        return self.ready().order_by().values("pk")[:1].exists()
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def claim(
+        self,
+        limit: int = 1,
+        worker_id: str | None = None,
+        lease: float | timedelta | None = None,
+    ) -> list[QueueMixin]:
+        """Atomically take up to ``limit`` due rows, highest priority first.
+
+        Each returned row is RUNNING, holds a fresh token, has ``queue_attempts``
+        incremented and is leased to ``worker_id`` for ``lease`` (seconds or a timedelta;
+        the model's ``queue_lease`` by default). Rows locked by another transaction are
+        skipped, never waited for.
+        """
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"claim(limit=...) must be a positive integer, got {limit!r}")
+        lease_delta = as_timedelta(lease, "lease") if lease is not None else self.model.queue_lease_seconds()
+        worker = worker_id or default_worker_id()
+        using = self.db
+        return retry_on_lock_errors(
+            using, lambda: self._claim_once(limit, worker, lease_delta, using), "claim"
+        )
+
+    def _claim_once(self, limit: int, worker_id: str, lease: timedelta, using: str) -> list[QueueMixin]:
+        token = new_token()
+        # During this transaction the selected rows are locked: keep it to one SELECT and
+        # one UPDATE by primary key, and run no user code before it commits.
+        with transaction.atomic(using=using):
+            rows = list(
+                self.ready()
+                .annotate(_dbq_now=DbNow())
+                .order_by(*CLAIM_ORDER)
+                .select_for_update(skip_locked=True)[:limit]
+            )
+            if not rows:
+                return []
+            db_now = _aware(rows[0]._dbq_now)
+            locked_until = db_now + lease
+            ids = [row.pk for row in rows]
+            targets = self.model._base_manager.using(using).filter(pk__in=ids)
+            if not connections[using].features.has_select_for_update_skip_locked:
+                # No row locks (SQLite): make the UPDATE a compare-and-set; a concurrent
+                # claimer may have won some rows, and we keep only ours. Elsewhere the rows
+                # are locked already, and by primary key alone the UPDATE locks nothing more.
+                targets = targets.filter(queue_state=QueueState.READY)
+            updated = targets.update(
+                queue_state=QueueState.RUNNING,
+                queue_token=token,
+                queue_locked_by=worker_id,
+                queue_locked_until=locked_until,
+                queue_last_attempt_at=db_now,
+                queue_attempts=F("queue_attempts") + 1,
+            )
+        if updated != len(ids):
+            won = set(
+                self.model._base_manager.using(using)
+                .filter(pk__in=ids, queue_token=token)
+                .values_list("pk", flat=True)
+            )
+            rows = [row for row in rows if row.pk in won]
+        claim = Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=db_now)
+        for row in rows:
+            del row._dbq_now
+            row.queue_state = QueueState.RUNNING
+            row.queue_token = token
+            row.queue_locked_by = worker_id
+            row.queue_locked_until = locked_until
+            row.queue_last_attempt_at = db_now
+            row.queue_attempts += 1
+            row._queue_claim = claim
+        return rows
+
+    def adopt(self, pk: Any, token: int, worker_id: str = "supervisor") -> QueueMixin | None:
+        """Load a RUNNING row by its claim token and hold that claim, to record an outcome
+        on behalf of a worker that is gone (None if the claim is over)."""
+        row = (
+            self.filter(pk=pk, queue_token=token, queue_state=QueueState.RUNNING)
+            .annotate(_dbq_now=DbNow())
+            .first()
+        )
+        if row is None:
+            return None
+        claimed_at = _aware(row._dbq_now)
+        del row._dbq_now
+        row._queue_claim = Claim(
+            token=token,
+            worker_id=worker_id,
+            lease=self.model.queue_lease_seconds(),
+            using=self.db,
+            claimed_at=claimed_at,
+        )
+        return row
+
+    # -- bulk operations (one UPDATE each) --------------------------------------------------
+
+    def enqueue(
+        self,
+        run_at: datetime | timedelta | None = None,
+        priority: int | None = None,
+    ) -> int:
+        """Queue (or re-queue) the rows: READY, due at ``run_at`` (a datetime, a delay, or
+        now), attempts and error cleared. RUNNING rows are left to their worker."""
+        values: dict[str, Any] = {
+            "queue_state": QueueState.READY,
+            "queue_run_at": _run_at_expression(run_at),
+            "queue_enqueued_at": DbNow(),
+            "queue_attempts": 0,
+            "queue_last_error": "",
+            "queue_finished_at": None,
+            "queue_token": None,
+            "queue_locked_by": None,
+            "queue_locked_until": None,
+        }
+        if priority is not None:
+            values["queue_priority"] = _check_priority(priority)
+        return self.exclude(queue_state=QueueState.RUNNING).update(**values)
+
+    def retry_now(self) -> int:
+        """READY rows (waiting for a retry or a date) and FAILED rows become due now.
+
+        A FAILED row starts over with a fresh attempt budget; a READY row keeps its count."""
+        # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
+        # CASE placed after `queue_state = 'ready'` would see the new state.
+        return self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
+            queue_attempts=Case(
+                When(queue_state=QueueState.FAILED, then=Value(0)),
+                default=F("queue_attempts"),
+                output_field=models.PositiveIntegerField(),
+            ),
+            queue_state=QueueState.READY,
+            queue_run_at=DbNow(),
+            queue_finished_at=None,
+        )
+
+    def reprioritize(self, priority: int) -> int:
+        """Set the priority (higher runs first) of every row that is not RUNNING."""
+        return self.exclude(queue_state=QueueState.RUNNING).update(queue_priority=_check_priority(priority))
+
+    def reschedule(self, run_at: datetime | timedelta) -> int:
+        """Move READY rows to ``run_at`` (a datetime, or a delay from the database's now)."""
+        if run_at is None:
+            raise ValueError("reschedule() needs a datetime or a timedelta")
+        return self.filter(queue_state=QueueState.READY).update(queue_run_at=_run_at_expression(run_at))
+
+    def cancel(self) -> int:
+        """Cancel READY (and IDLE) rows; running and finished rows are left as they are."""
+        return self.filter(queue_state__in=(QueueState.READY, QueueState.IDLE)).update(
+            queue_state=QueueState.CANCELLED, queue_finished_at=DbNow()
+        )
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def rescue_expired(self, limit: int | None = None) -> int:
+        """Return RUNNING rows whose lease ran out to READY, or FAILED when their attempts
+        are used up. Bounded (``limit`` rows, SKIP LOCKED): a row whose worker still holds
+        its row lock (atomic mode) is skipped, so a live claim is never taken away."""
+        limit = limit or settings.RESCUE_LIMIT
+        using = self.db
+        return retry_on_lock_errors(using, lambda: self._rescue_once(limit, using), "rescue")
+
+    def _rescue_once(self, limit: int, using: str) -> int:
+        max_attempts = self.model.queue_retry.max_attempts
+        with transaction.atomic(using=using):
+            expired = list(
+                self.filter(queue_state=QueueState.RUNNING, queue_locked_until__lt=DbNow())
+                .order_by()
+                .select_for_update(skip_locked=True)
+                .values_list("pk", "queue_attempts", "queue_locked_by")[:limit]
+            )
+            if not expired:
+                return 0
+            dead = {pk for pk, attempts, _ in expired if max_attempts and attempts >= max_attempts}
+            back = [pk for pk, _, _ in expired if pk not in dead]
+            base = self.model._base_manager.using(using)
+            cleared = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
+            if back:
+                base.filter(pk__in=back).update(
+                    queue_state=QueueState.READY,
+                    queue_run_at=DbNow(),
+                    queue_last_error="lease expired: the worker stopped renewing its claim "
+                    "(crashed, killed or hung); running it again",
+                    **cleared,
+                )
+            if dead:
+                base.filter(pk__in=list(dead)).update(
+                    queue_state=QueueState.FAILED,
+                    queue_finished_at=DbNow(),
+                    queue_last_error=f"lease expired on the last allowed attempt "
+                    f"({max_attempts}); the worker stopped renewing its claim",
+                    **cleared,
+                )
+        for pk, attempts, locked_by in expired:
+            logger.warning(
+                "rescued %s pk=%s from worker %s after its lease expired (attempt %s)%s",
+                self.model._meta.label,
+                pk,
+                locked_by,
+                attempts,
+                " -> FAILED" if pk in dead else "",
+            )
+        return len(expired)
+
+    # -- fenced outcome writes (used by instances and the worker) ----------------------------
+
+    def _fenced(self, ids: Iterable[Any], token: int) -> models.QuerySet:
+        """The rows of ``ids`` still held by the claim ``token``.
+
+        Only RUNNING rows carry a positive token (an outcome negates it, a rescue or a
+        release clears it), so the token alone fences. It also keeps the statement on the
+        primary key: the token is in no index, while a ``queue_state`` condition could lead
+        MySQL to scan the state index and lock every RUNNING row's entry (seen on MariaDB
+        with small tables), stalling the other workers' outcome writes.
+        """
+        return self.model._base_manager.using(self.db).filter(pk__in=list(ids), queue_token=token)
+
+    def _record_successes(self, ids: Sequence[Any], claim: Claim) -> set[Any]:
+        """Mark rows SUCCEEDED in one UPDATE; return the ids actually written (ours)."""
+        if not ids:
+            return set()
+        finished_at = claim.now()
+        updated = self._fenced(ids, claim.token).update(
+            queue_state=QueueState.SUCCEEDED,
+            queue_finished_at=finished_at,
+            queue_locked_until=None,
+            queue_last_error="",
+            queue_token=-claim.token,
+        )
+        if updated == len(ids):
+            return set(ids)
+        # A finished row keeps its claim's token, negated: the rows this statement wrote
+        # are those with it and this finishing time (not those of an earlier duplicate call).
+        return set(
+            self.model._base_manager.using(self.db)
+            .filter(pk__in=ids, queue_token=-claim.token, queue_finished_at=finished_at)
+            .values_list("pk", flat=True)
+        )
+
+    def _record_failure(self, pk: Any, claim: Claim, error: str, retry_at: datetime | None) -> bool:
+        values: dict[str, Any] = {"queue_last_error": error, "queue_locked_until": None}
+        if retry_at is None:
+            values.update(
+                queue_state=QueueState.FAILED, queue_finished_at=claim.now(), queue_token=-claim.token
+            )
+        else:
+            values.update(
+                queue_state=QueueState.READY, queue_run_at=retry_at, queue_token=None, queue_locked_by=None
+            )
+        return self._fenced([pk], claim.token).update(**values) == 1
+
+    def _record_release(self, ids: Sequence[Any], claim: Claim) -> int:
+        """Give rows back unprocessed: READY again, the claim's attempt not counted."""
+        if not ids:
+            return 0
+        return self._fenced(ids, claim.token).update(
+            queue_state=QueueState.READY,
+            queue_attempts=F("queue_attempts") - 1,
+            queue_token=None,
+            queue_locked_by=None,
+            queue_locked_until=None,
+        )
+
+    def _renew(self, ids: Sequence[Any], claim: Claim) -> set[Any]:
+        """Extend the lease of the rows still ours; return those ids.
+
+        Rows locked right now are skipped rather than waited for: in atomic mode the
+        worker's own transaction holds them, and that lock already protects them."""
+        if not ids:
+            return set()
+        using = self.db
+
+        def renew() -> set[Any]:
+            with transaction.atomic(using=using):
+                held = list(
+                    self._fenced(ids, claim.token)
+                    .order_by()
+                    .select_for_update(skip_locked=True)
+                    .values_list("pk", "queue_token")
+                )
+                held = [pk for pk, _ in held]
+                if held:
+                    self.model._base_manager.using(using).filter(pk__in=held).update(
+                        queue_locked_until=claim.now() + claim.lease
+                    )
+                return set(held)
+
+        return retry_on_lock_errors(using, renew, "lease renewal")
+
+    def _lock_held(self, ids: Sequence[Any], claim: Claim) -> set[Any]:
+        """Inside a transaction: lock the rows still ours (waits, never skips)."""
+        # Selecting the (unindexed) token keeps MySQL on the primary key: a covering scan of
+        # the state index would lock, and wait for, other workers' rows.
+        rows = self._fenced(ids, claim.token).order_by().select_for_update().values_list("pk", "queue_token")
+        return {pk for pk, _ in rows}
+
+
+class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):
+    pass
+
+
+class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore[misc]
+    pass
+
+
+def _check_priority(priority: int) -> int:
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an integer, not {priority!r}")
+    if not -(2**31) <= priority < 2**31:
+        raise ValueError(f"priority {priority} is out of range for a 32-bit integer")
+    return priority
+
+
+def _run_at_expression(run_at: datetime | timedelta | None) -> Any:
+    if run_at is None:
+        return DbNow()
+    if isinstance(run_at, timedelta):
+        return db_now_plus(run_at)
+    if isinstance(run_at, datetime):
+        if timezone.is_naive(run_at):
+            raise ValueError("run_at must be timezone-aware (USE_TZ is required)")
+        return run_at
+    raise TypeError(f"run_at must be a datetime or a timedelta, not {run_at!r}")
+
+
+def _aware(value: datetime) -> datetime:
+    # SQLite hands back naive text for an annotation; the value is UTC (USE_TZ is required).
+    return timezone.make_aware(value, UTC) if timezone.is_naive(value) else value
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"

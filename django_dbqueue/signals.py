@@ -1,0 +1,13 @@
+"""Signals sent by the queue; ``sender`` is always the queue model class."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+#: A worker claimed rows: ``rows`` (a list), ``worker_id``.
+job_claimed = Signal()
+#: A row's success was recorded: ``row``.
+job_succeeded = Signal()
+#: A row's attempt failed: ``row``, ``error`` (exception or text), ``retry_at`` (None: it
+#: ended FAILED, the dead state).
+job_failed = Signal()

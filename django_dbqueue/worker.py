@@ -1,0 +1,494 @@
+"""``Worker``: one process's loop of claim -> process -> record outcome.
+
+A plain class, usable without the management command::
+
+    Worker(models=[Order], burst=True).run()
+
+Correctness never depends on this process staying alive: a row it claimed is RUNNING with
+a lease; if the process dies, the lease runs out and any worker's rescue step puts the row
+back (``QueueQuerySet.rescue_expired``). While it lives, a keeper thread renews the leases
+of the rows it holds and watches for handlers that outlive their ``queue_timeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    connections,
+    router,
+    transaction,
+)
+
+from . import signals
+from .conf import settings
+from .exceptions import JobTimeout, LeaseLost
+from .models import QueueMixin, queue_models, record_successes
+from .query import Claim, as_timedelta, default_worker_id
+
+logger = logging.getLogger("django_dbqueue.worker")
+
+#: Called by the keeper thread when a handler ignores its timeout (model, pk, token, seconds).
+HardTimeoutHook = Callable[[type[QueueMixin], Any, int, float], None]
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0  # failed attempts, retried or not
+    released: int = 0
+    lost: int = 0  # outcomes rejected because the claim was lost
+    rescued: int = 0
+
+    @property
+    def processed(self) -> int:
+        return self.succeeded + self.failed
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        models: Sequence[type[QueueMixin]] | None = None,
+        batch_size: int | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        lease: float | timedelta | None = None,
+        worker_id: str | None = None,
+        database: str | None = None,
+        handle_signals: bool = True,
+        on_hard_timeout: HardTimeoutHook | None = None,
+        parent_pid: int | None = None,
+    ) -> None:
+        self.models = list(models) if models else queue_models()
+        if not self.models:
+            raise ImproperlyConfigured("no QueueMixin models are installed: nothing to consume")
+        self.batch_size = batch_size or settings.BATCH_SIZE
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.poll_interval = poll_interval if poll_interval is not None else settings.POLL_INTERVAL
+        self.lease = as_timedelta(lease, "lease") if lease is not None else None
+        self.worker_id = worker_id or default_worker_id()
+        self.database = database
+        self.handle_signals = handle_signals
+        self.on_hard_timeout = on_hard_timeout
+        self.parent_pid = parent_pid
+        self.stats = WorkerStats()
+        self._stopping = threading.Event()
+        self._keeper = _LeaseKeeper(self)
+        self._current: _Running | None = None
+        self._fatal: BaseException | None = None
+        self._next_rescue = 0.0
+        self._alarm_installed = False
+
+    # -- public control --------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; the running job finishes, unstarted claimed rows are given back."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def db_for(self, model: type[QueueMixin]) -> str:
+        return self.database or router.db_for_write(model) or DEFAULT_DB_ALIAS
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        restore = self._install_signals()
+        self._keeper.start()
+        try:
+            check_tables(self.models, self.database)
+            logger.info(
+                "worker %s consuming %s (batch %d%s)",
+                self.worker_id,
+                ", ".join(m._meta.label for m in self.models),
+                self.batch_size,
+                ", burst" if self.burst else "",
+            )
+            self._loop()
+        finally:
+            self._keeper.stop()
+            if restore:
+                restore()
+            connections.close_all()
+        if self._fatal is not None:
+            logger.error("worker %s stopped: a handler raised %r", self.worker_id, self._fatal)
+        logger.info("worker %s done: %s", self.worker_id, self.stats.as_dict())
+        return self.stats
+
+    def _loop(self) -> None:
+        idle_sleep = self._min_sleep()
+        # Remember which models had work, so a busy model is claimed without a probe first.
+        busy = dict.fromkeys(self.models, True)
+        db_failures = 0
+        while not self.stopping:
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                logger.warning("worker %s: supervisor is gone, stopping", self.worker_id)
+                break
+            try:
+                self._maybe_rescue()
+                did_work = False
+                for model in self.models:
+                    if self.stopping or self._quota_left() == 0:
+                        break
+                    qs = model.queue_queryset(self.db_for(model))
+                    if not busy[model] and not qs.has_ready():
+                        continue
+                    rows = qs.claim(
+                        self._claim_size(), self.worker_id, self.lease or model.queue_lease_seconds()
+                    )
+                    busy[model] = bool(rows)
+                    if rows:
+                        did_work = True
+                        self._process_batch(model, rows)
+                db_failures = 0
+            except (OperationalError, InterfaceError) as exc:
+                # The database went away (restart, killed session, network): rows this
+                # worker held come back through their leases; reconnect with backoff.
+                db_failures += 1
+                pause = min(0.25 * 2**db_failures, 10.0)
+                logger.warning(
+                    "worker %s: database error (%s); reconnecting in %.1fs", self.worker_id, exc, pause
+                )
+                self._close_connections()
+                self._stopping.wait(pause)
+                continue
+            if self._quota_left() == 0 or self._fatal is not None:
+                break
+            if did_work:
+                idle_sleep = self._min_sleep()
+                continue
+            if self.burst:
+                break
+            self._stopping.wait(idle_sleep)
+            idle_sleep = min(idle_sleep * 2, self.poll_interval)
+
+    def _min_sleep(self) -> float:
+        return max(self.poll_interval / 8, 0.005)
+
+    def _quota_left(self) -> int | None:
+        if self.max_jobs is None:
+            return None
+        return max(self.max_jobs - self.stats.processed - self.stats.lost, 0)
+
+    def _claim_size(self) -> int:
+        left = self._quota_left()
+        return self.batch_size if left is None else min(self.batch_size, left)
+
+    def _maybe_rescue(self) -> None:
+        now = time.monotonic()
+        if now < self._next_rescue:
+            return
+        self._next_rescue = now + settings.RESCUE_INTERVAL
+        for model in self.models:
+            self.stats.rescued += model.queue_queryset(self.db_for(model)).rescue_expired()
+
+    @staticmethod
+    def _close_connections() -> None:
+        for conn in connections.all(initialized_only=True):
+            try:
+                conn.close()
+            except DatabaseError:
+                pass
+
+    # -- one batch -------------------------------------------------------------------------
+
+    def _process_batch(self, model: type[QueueMixin], rows: list[QueueMixin]) -> None:
+        claim: Claim = rows[0]._queue_claim
+        self.stats.claimed += len(rows)
+        signals.job_claimed.send(model, rows=rows, worker_id=self.worker_id)
+        self._keeper.hold(model, claim, [r.pk for r in rows])
+        try:
+            if model.queue_atomic:
+                self._run_atomic(model, rows, claim)
+            else:
+                self._run_leased(model, rows, claim)
+        finally:
+            self._keeper.drop(claim)
+
+    def _run_leased(self, model: type[QueueMixin], rows: list[QueueMixin], claim: Claim) -> None:
+        """At-least-once: handler first, outcome after; successes are written in batches."""
+        done: list[QueueMixin] = []
+        last_flush = time.monotonic()
+        for index, row in enumerate(rows):
+            if self.stopping or self._fatal is not None:
+                self._release(model, rows[index:], claim)
+                break
+            error = self._call(row, claim)
+            if error is None:
+                done.append(row)
+            else:
+                self._fail(row, error, claim)
+            if time.monotonic() - last_flush >= settings.FLUSH_INTERVAL:
+                self._flush(model, done, claim)
+                done, last_flush = [], time.monotonic()
+        self._flush(model, done, claim)
+
+    def _run_atomic(self, model: type[QueueMixin], rows: list[QueueMixin], claim: Claim) -> None:
+        """Exactly-once database effects: lock the own rows (fenced by token), run each handler
+        in a savepoint, record every outcome, commit once per group."""
+        using = claim.using
+        group = max(int(getattr(model, "queue_atomic_group", 1) or 1), 1)
+        for start in range(0, len(rows), group):
+            chunk = rows[start : start + group]
+            if self.stopping or self._fatal is not None:
+                self._release(model, rows[start:], claim)
+                return
+            done: list[QueueMixin] = []
+            try:
+                with transaction.atomic(using=using):
+                    held = model.queue_queryset(using)._lock_held([r.pk for r in chunk], claim)
+                    for row in chunk:
+                        if row.pk not in held:
+                            self._lost(row, claim)
+                            continue
+                        savepoint = transaction.savepoint(using=using)
+                        error = self._call(row, claim)
+                        if error is None:
+                            transaction.savepoint_commit(savepoint, using=using)
+                            done.append(row)
+                        else:
+                            transaction.savepoint_rollback(savepoint, using=using)
+                            self._fail(row, error, claim)
+                    lost = record_successes(model, done, claim)
+                    self.stats.succeeded += len(done) - len(lost)
+                    self.stats.lost += len(lost)
+            except (OperationalError, InterfaceError):
+                raise  # the database is gone: nothing committed, leases bring the rows back
+            except DatabaseError as exc:
+                # e.g. a deadlock in a handler's own writes: the whole group rolled back.
+                logger.warning(
+                    "worker %s: atomic group of %s rolled back: %s", self.worker_id, model._meta.label, exc
+                )
+                for row in chunk:
+                    self._fail(row, exc, claim)
+
+    def _call(self, row: QueueMixin, claim: Claim) -> BaseException | None:
+        """Run one handler; return what it raised (None on success)."""
+        timeout = type(row).queue_timeout
+        running = _Running(type(row), row.pk, claim.token, timeout, time.monotonic())
+        self._current = running
+        use_alarm = bool(timeout) and self._alarm_installed
+        try:
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, float(timeout))
+            row.process()
+            return None
+        except JobTimeout as exc:
+            return exc
+        except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
+            return exc
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt raised by a handler
+            # Record it as a failed attempt like any other, then stop this worker: the
+            # handler asked the process to exit, and the supervisor decides what follows.
+            self._fatal = exc
+            return exc
+        finally:
+            running.finished = True
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            self._current = None
+
+    def _flush(self, model: type[QueueMixin], done: list[QueueMixin], claim: Claim) -> None:
+        if not done:
+            return
+        lost = record_successes(model, done, claim)
+        self._keeper.forget(claim, [r.pk for r in done])
+        self.stats.succeeded += len(done) - len(lost)
+        self.stats.lost += len(lost)
+
+    def _fail(self, row: QueueMixin, error: BaseException, claim: Claim) -> None:
+        try:
+            row.mark_failed(error)
+            self.stats.failed += 1
+        except LeaseLost:
+            self.stats.lost += 1
+        self._keeper.forget(claim, [row.pk])
+
+    def _lost(self, row: QueueMixin, claim: Claim) -> None:
+        logger.warning(
+            "%s pk=%s is no longer held by worker %s (lease lost); skipped",
+            row._meta.label,
+            row.pk,
+            self.worker_id,
+        )
+        self.stats.lost += 1
+
+    def _release(self, model: type[QueueMixin], rows: list[QueueMixin], claim: Claim) -> None:
+        if not rows:
+            return
+        released = model.queue_queryset(claim.using)._record_release([r.pk for r in rows], claim)
+        self.stats.released += released
+        logger.info("worker %s gave back %d unstarted %s row(s)", self.worker_id, released, model._meta.label)
+
+    # -- signals ---------------------------------------------------------------------------
+
+    def _install_signals(self) -> Callable[[], None] | None:
+        """SIGALRM enforces ``queue_timeout``; SIGTERM/SIGINT stop gracefully when
+        ``handle_signals``. Signals can only be handled in the main thread; elsewhere the
+        keeper thread's watchdog is the only timeout."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        handled = (
+            (signal.SIGTERM, signal.SIGINT, signal.SIGALRM) if self.handle_signals else (signal.SIGALRM,)
+        )
+        previous = {sig: signal.getsignal(sig) for sig in handled}
+
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            if self.stopping:
+                logger.warning("worker %s: second signal, exiting now", self.worker_id)
+                os._exit(128 + signum)
+            logger.info(
+                "worker %s: %s received, finishing the current job (signal again to exit now)",
+                self.worker_id,
+                signal.Signals(signum).name,
+            )
+            self.stop()
+
+        def on_alarm(signum: int, frame: FrameType | None) -> None:
+            running = self._current
+            if running is not None and not running.finished:
+                raise JobTimeout(f"timed out after {running.timeout:g} s")
+
+        if self.handle_signals:
+            signal.signal(signal.SIGTERM, on_stop)
+            signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGALRM, on_alarm)
+        self._alarm_installed = True
+
+        def restore() -> None:
+            self._alarm_installed = False
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+
+@dataclass
+class _Running:
+    model: type[QueueMixin]
+    pk: Any
+    token: int
+    timeout: float | None
+    started: float
+    finished: bool = False
+    reported: bool = False
+
+
+class _LeaseKeeper:
+    """A daemon thread: renews the leases of held rows, and watches handler timeouts."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._held: dict[int, tuple[type[QueueMixin], Claim, set[Any]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"dbqueue-keeper-{worker.worker_id}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def hold(self, model: type[QueueMixin], claim: Claim, ids: list[Any]) -> None:
+        with self._lock:
+            self._held[claim.token] = (model, claim, set(ids))
+
+    def forget(self, claim: Claim, ids: list[Any]) -> None:
+        with self._lock:
+            entry = self._held.get(claim.token)
+            if entry:
+                entry[2].difference_update(ids)
+
+    def drop(self, claim: Claim) -> None:
+        with self._lock:
+            self._held.pop(claim.token, None)
+
+    def _run(self) -> None:
+        next_renewal: dict[int, float] = {}
+        try:
+            while not self._stop.wait(0.1):
+                self._watch_timeout()
+                now = time.monotonic()
+                with self._lock:
+                    held = [(m, c, list(ids)) for m, c, ids in self._held.values() if ids]
+                for model, claim, ids in held:
+                    # Renew at a third of the lease: two renewals may fail before it runs out.
+                    due = next_renewal.setdefault(
+                        claim.token, claim.monotonic_at + claim.lease.total_seconds() / 3
+                    )
+                    if now < due:
+                        continue
+                    next_renewal[claim.token] = now + claim.lease.total_seconds() / 3
+                    try:
+                        model.queue_queryset(claim.using)._renew(ids, claim)
+                    except DatabaseError as exc:
+                        logger.warning(
+                            "lease renewal of %d %s row(s) failed: %s", len(ids), model._meta.label, exc
+                        )
+                        self.worker._close_connections()
+                live = {c.token for _, c, _ in held}
+                for token in list(next_renewal):
+                    if token not in live:
+                        del next_renewal[token]
+        finally:
+            connections.close_all()
+
+    def _watch_timeout(self) -> None:
+        running = self.worker._current
+        if running is None or running.finished or running.reported or not running.timeout:
+            return
+        overdue = time.monotonic() - running.started - running.timeout
+        # The alarm raised JobTimeout at the deadline; a handler still running after this
+        # grace is stuck in C code or swallowed it. Stop renewing is not enough (the lease
+        # would keep it), so hand it to the supervisor, which replaces this process.
+        if overdue < max(2.0, running.timeout * 0.5):
+            return
+        running.reported = True
+        logger.error(
+            "%s pk=%s ignored its timeout of %g s (still running %.1f s later)",
+            running.model._meta.label,
+            running.pk,
+            running.timeout,
+            overdue,
+        )
+        if self.worker.on_hard_timeout is not None:
+            self.worker.on_hard_timeout(running.model, running.pk, running.token, running.timeout)
+
+
+def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None) -> None:
+    """Fail fast, with the fix in the message, when a queue table was never migrated."""
+    for model in models:
+        using = database or router.db_for_write(model) or DEFAULT_DB_ALIAS
+        if model._meta.db_table not in connections[using].introspection.table_names():
+            raise ImproperlyConfigured(
+                f"the table {model._meta.db_table!r} of {model._meta.label} does not exist "
+                f"in database {using!r}: run 'manage.py migrate'"
+            )

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create a virtualenv with the newest Python >= 3.12 this machine has (Django 6 needs 3.12).
+set -euo pipefail
+venv=${1:-.venv}
+[ -x "$venv/bin/python" ] && exit 0
+for candidate in python3.13 python3.12 python3; do
+  for python in $(command -v "$candidate" 2>/dev/null) $(ls -d "$HOME"/.pyenv/versions/3.1[23]*/bin/python3 2>/dev/null | sort -r); do
+    if "$python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      "$python" -m venv "$venv"
+      "$venv/bin/pip" install -q --upgrade pip
+      echo "created $venv with $("$venv/bin/python" --version)"
+      exit 0
+    fi
+  done
+done
+echo "no Python >= 3.12 found: install python3.12 (apt-get install python3.12 python3.12-venv) or use pyenv" >&2
+exit 1

@@ -1,0 +1,124 @@
+"""Fixtures: a real second database connection, worker subprocesses, vendor helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection, connections
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def vendor() -> str:
+    return connection.vendor
+
+
+skip_on_sqlite = pytest.mark.skipif(
+    "os.environ.get('DATABASE_URL', 'sqlite').startswith('sqlite')",
+    reason="SQLite has no row locks / SKIP LOCKED; it serialises writers instead",
+)
+
+
+@pytest.fixture
+def second_connection() -> Iterator:
+    """A real, separate session to the test database (not a mock)."""
+    other = connections.create_connection("default")
+    other.ensure_connection()
+    try:
+        yield other
+    finally:
+        other.close()
+
+
+class WorkerProcess:
+    """A ``manage.py runqueue`` subprocess against the test database."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "runqueue", "--settings", "tests.settings", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self._output: str | None = None
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def kill_all(self) -> None:
+        """SIGKILL the supervisor and every worker process it started (no clean-up runs)."""
+        for pid in [*_children(self.proc.pid), self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def worker_pids(self) -> list[int]:
+        return _children(self.proc.pid)
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            out, _ = self.proc.communicate()
+            raise AssertionError(
+                f"runqueue {self.args} did not finish in {timeout}s:\n{out[-4000:]}"
+            ) from None
+        self._output = out
+        return self.proc.returncode
+
+    @property
+    def output(self) -> str:
+        assert self._output is not None, "wait() first"
+        return self._output
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        return []
+    return [int(p) for p in out.split()]
+
+
+@pytest.fixture
+def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+    env = dict(os.environ)
+    env["DBQUEUE_TEST_DB_NAME"] = str(connection.settings_dict["NAME"])
+    env.setdefault("DBQUEUE_LOG_LEVEL", "INFO")
+
+    def start(*args: str, extra_env: dict[str, str] | None = None) -> WorkerProcess:
+        # Committed data only is visible to another process: tests using this fixture
+        # must be transactional (django_db(transaction=True)).
+        connections.close_all()
+        proc = WorkerProcess(list(args), {**env, **(extra_env or {})})
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.proc.poll() is None:
+            proc.kill_all()
+            proc.proc.communicate()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

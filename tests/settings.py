@@ -1,0 +1,79 @@
+"""Test settings: the database comes from DATABASE_URL (SQLite by default).
+
+DATABASE_URL=mysql://root@127.0.0.1:3306/dbqueue     (MariaDB / MySQL)
+DATABASE_URL=postgres://postgres@127.0.0.1:5432/dbqueue
+DATABASE_URL=sqlite:///tests/dbqueue.sqlite3
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'dbqueue.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+_default = DATABASES["default"]
+if _default["ENGINE"].endswith("sqlite3"):
+    # A file, not :memory:, so that worker subprocesses see the same database; IMMEDIATE
+    # transactions take the write lock up front (SQLite has no SKIP LOCKED).
+    _default.setdefault("TEST", {})["NAME"] = str(BASE_DIR / "test_dbqueue.sqlite3")
+    _default["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
+elif _default["ENGINE"].endswith("mysql"):
+    _default["OPTIONS"] = {"charset": "utf8mb4"}
+    _default.setdefault("TEST", {})["CHARSET"] = "utf8mb4"
+    _default["TEST"]["COLLATION"] = "utf8mb4_unicode_ci"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "rangefilter",
+    "django_dbqueue",
+    "tests.testapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django_dbqueue": {"handlers": ["console"], "level": os.environ.get("DBQUEUE_LOG_LEVEL", "WARNING")}
+    },
+}
+
+# Worker subprocesses started by the tests use the test database pytest-django created.
+if os.environ.get("DBQUEUE_TEST_DB_NAME"):
+    _default["NAME"] = os.environ["DBQUEUE_TEST_DB_NAME"]

@@ -1,0 +1,251 @@
+"""The claim protocol and fenced outcomes, on a real database."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from django_dbqueue.exceptions import LeaseLost
+from django_dbqueue.query import DbNow
+from django_dbqueue.states import QueueState
+from tests.conftest import skip_on_sqlite
+from tests.testapp.models import Job, Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_jobs(n: int, **fields) -> list[Job]:
+    return Job.objects.bulk_create([Job(name=str(i), **fields) for i in range(n)])
+
+
+def test_new_rows_are_ready_and_due() -> None:
+    job = Job.objects.create(name="a")
+    assert job.queue_state == QueueState.READY
+    assert list(Job.objects.ready()) == [job]
+
+
+def test_claim_orders_by_priority_then_run_at_and_marks_running() -> None:
+    low = Job.objects.create(name="low")
+    high = Job.objects.create(name="high", queue_priority=10)
+    later = Job.objects.create(name="later", queue_run_at=timezone.now() + timedelta(hours=1))
+    rows = Job.objects.claim(limit=5, worker_id="w1", lease=60)
+    assert [r.pk for r in rows] == [high.pk, low.pk]  # not the future one
+    for row in rows:
+        row.refresh_from_db()
+        assert row.queue_state == QueueState.RUNNING
+        assert row.queue_attempts == 1
+        assert row.queue_locked_by == "w1"
+        assert row.queue_token is not None
+        assert row.queue_locked_until > row.queue_last_attempt_at
+    assert rows[0].queue_token == rows[1].queue_token  # one claim, one token
+    assert Job.objects.get(pk=later.pk).queue_state == QueueState.READY
+    assert Job.objects.claim(limit=5) == []
+
+
+def test_claim_respects_the_callers_filters_and_custom_querysets() -> None:
+    Ticket.objects.create(subject="meh", queue_priority=1)
+    urgent = Ticket.objects.create(subject="fire", queue_priority=50)
+    rows = Ticket.objects.urgent().claim(limit=10)
+    assert [r.pk for r in rows] == [urgent.pk]
+
+
+def test_claim_lease_is_on_the_database_clock() -> None:
+    make_jobs(1)
+    [row] = Job.objects.claim(lease=timedelta(seconds=120))
+    db_now = Job.objects.annotate(n=DbNow()).values_list("n", flat=True)[0]
+    remaining = (row.queue_locked_until - db_now).total_seconds()
+    assert 100 < remaining <= 120
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, "2", None])
+def test_claim_refuses_a_bad_limit(bad) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        Job.objects.claim(limit=bad)
+
+
+def test_claim_refuses_a_bad_lease() -> None:
+    with pytest.raises(ValueError):
+        Job.objects.claim(lease=0)
+    with pytest.raises(TypeError):
+        Job.objects.claim(lease="soon")
+
+
+def test_outcomes_are_fenced_by_the_claim_token() -> None:
+    make_jobs(1)
+    [first] = Job.objects.claim(lease=60)
+    # The lease "expires" (as if the worker stalled) and a rescuer gives the row back.
+    Job.objects.filter(pk=first.pk).update(queue_locked_until=timezone.now() - timedelta(seconds=1))
+    assert Job.objects.rescue_expired() == 1
+    [second] = Job.objects.claim(lease=60)
+    assert second.pk == first.pk and second.queue_token != first.queue_token
+    with pytest.raises(LeaseLost):
+        first.mark_succeeded()
+    with pytest.raises(LeaseLost):
+        first.mark_failed("late")
+    with pytest.raises(LeaseLost):
+        first.release()
+    with pytest.raises(LeaseLost):
+        first.renew_lease()
+    row = Job.objects.get(pk=first.pk)
+    assert (row.queue_state, row.queue_token, row.queue_attempts) == (
+        QueueState.RUNNING,
+        second.queue_token,
+        2,
+    )
+    second.mark_succeeded()
+    row.refresh_from_db()
+    assert row.queue_state == QueueState.SUCCEEDED and row.queue_finished_at is not None
+    with pytest.raises(LeaseLost):  # a duplicate outcome is rejected too
+        second.mark_succeeded()
+
+
+def test_late_outcome_is_logged(caplog) -> None:
+    make_jobs(1)
+    [row] = Job.objects.claim(lease=60)
+    Job.objects.filter(pk=row.pk).update(queue_token=None, queue_state=QueueState.READY)
+    with caplog.at_level("WARNING", logger="django_dbqueue"), pytest.raises(LeaseLost):
+        row.mark_failed("too late")
+    assert "late outcome rejected" in caplog.text
+
+
+def test_mark_failed_applies_the_retry_policy_then_ends_failed() -> None:
+    make_jobs(1)
+    for attempt in (1, 2):
+        [row] = Job.objects.claim()
+        retry_at = row.mark_failed(ValueError(f"boom {attempt}"))
+        assert retry_at is not None
+        db = Job.objects.get(pk=row.pk)
+        assert db.queue_state == QueueState.READY and db.queue_attempts == attempt
+        assert "ValueError: boom" in db.queue_last_error and "Traceback" not in db.queue_last_error
+        Job.objects.filter(pk=row.pk).update(queue_run_at=timezone.now())
+    [row] = Job.objects.claim()
+    try:
+        raise ValueError("third")
+    except ValueError as exc:
+        assert row.mark_failed(exc) is None
+    db = Job.objects.get(pk=row.pk)
+    assert db.queue_state == QueueState.FAILED and db.queue_attempts == 3
+    assert (
+        "Traceback (most recent call last)" in db.queue_last_error
+        and "ValueError: third" in db.queue_last_error
+    )
+
+
+def test_release_gives_back_without_counting_the_attempt() -> None:
+    make_jobs(1)
+    [row] = Job.objects.claim()
+    row.release()
+    db = Job.objects.get(pk=row.pk)
+    assert (db.queue_state, db.queue_attempts, db.queue_token) == (QueueState.READY, 0, None)
+
+
+def test_renew_lease_extends_it() -> None:
+    make_jobs(1)
+    [row] = Job.objects.claim(lease=5)
+    before = Job.objects.get(pk=row.pk).queue_locked_until
+    row._queue_claim.lease = timedelta(seconds=600)
+    row.renew_lease()
+    assert Job.objects.get(pk=row.pk).queue_locked_until > before + timedelta(seconds=500)
+
+
+def test_rescue_returns_expired_rows_and_fails_exhausted_ones() -> None:
+    jobs = make_jobs(3)
+    rows = Job.objects.claim(limit=3, lease=60)
+    Job.objects.filter(pk=jobs[2].pk).update(queue_attempts=3)  # the policy allows 3
+    Job.objects.filter(pk__in=[jobs[1].pk, jobs[2].pk]).update(
+        queue_locked_until=timezone.now() - timedelta(seconds=5)
+    )
+    assert Job.objects.rescue_expired() == 2
+    states = dict(Job.objects.values_list("pk", "queue_state"))
+    assert states == {jobs[0].pk: "running", jobs[1].pk: "ready", jobs[2].pk: "failed"}
+    assert "lease expired" in Job.objects.get(pk=jobs[2].pk).queue_last_error
+    assert len(rows) == 3
+
+
+def test_bulk_operations_are_one_update_and_spare_running_rows(django_assert_num_queries) -> None:
+    jobs = make_jobs(4)
+    [running] = Job.objects.claim()
+    Job.objects.filter(pk=jobs[3].pk).update(queue_state=QueueState.FAILED, queue_attempts=3)
+    with django_assert_num_queries(1):
+        assert Job.objects.all().reprioritize(7) == 3
+    assert Job.objects.get(pk=running.pk).queue_priority == 0
+    with django_assert_num_queries(1):
+        assert Job.objects.all().reschedule(timedelta(hours=2)) == 2  # READY rows only
+    with django_assert_num_queries(1):
+        assert Job.objects.all().retry_now() == 3  # the 2 READY + the FAILED one
+    failed = Job.objects.get(pk=jobs[3].pk)
+    assert failed.queue_state == QueueState.READY and failed.queue_attempts == 0
+    with django_assert_num_queries(1):
+        assert Job.objects.all().cancel() == 3
+    with django_assert_num_queries(1):
+        assert Job.objects.all().enqueue(priority=3) == 3
+    assert Job.objects.get(pk=running.pk).queue_state == QueueState.RUNNING
+    assert Job.objects.ready().count() == 3
+
+
+def test_enqueue_in_the_future_on_the_database_clock() -> None:
+    job = Job.objects.create(name="x", queue_state=QueueState.IDLE)
+    assert not Job.objects.ready().exists()
+    assert job.enqueue(run_at=timedelta(hours=1), priority=4)
+    assert job.queue_state == QueueState.READY and job.queue_priority == 4
+    assert not Job.objects.ready().exists()
+    assert Job.objects.filter(pk=job.pk).reschedule(timezone.now() - timedelta(seconds=1)) == 1
+    assert Job.objects.ready().count() == 1
+
+
+def test_bulk_operations_validate_their_arguments() -> None:
+    with pytest.raises(TypeError):
+        Job.objects.all().reprioritize("high")
+    with pytest.raises(ValueError):
+        Job.objects.all().reschedule(timezone.now().replace(tzinfo=None))
+    with pytest.raises(ValueError):
+        Job.objects.all().reschedule(None)
+
+
+@skip_on_sqlite
+def test_claim_skips_rows_locked_by_another_connection(second_connection) -> None:
+    jobs = make_jobs(5)
+    table = connection.ops.quote_name(Job._meta.db_table)
+    locked = [jobs[0].pk, jobs[1].pk]
+    with second_connection.cursor() as cursor:
+        second_connection.set_autocommit(False)
+        # One primary-key equality each: `id IN (...)` on a 5-row table may be served by a
+        # scan of the state index, and MariaDB then X-locks every entry it read.
+        for pk in locked:
+            cursor.execute(f"SELECT id FROM {table} WHERE id = %s FOR UPDATE", [pk])
+        try:
+            rows = Job.objects.claim(limit=10)
+        finally:
+            second_connection.rollback()
+            second_connection.set_autocommit(True)
+    assert sorted(r.pk for r in rows) == sorted(j.pk for j in jobs[2:])
+
+
+@skip_on_sqlite
+def test_concurrent_claimers_never_share_a_row() -> None:
+    make_jobs(600)
+    claimed: list[list[int]] = [[] for _ in range(6)]
+    errors: list[BaseException] = []
+
+    def claimer(slot: int) -> None:
+        try:
+            while rows := Job.objects.claim(limit=7, worker_id=f"t{slot}"):
+                claimed[slot].extend(r.pk for r in rows)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    every = [pk for part in claimed for pk in part]
+    assert len(every) == 600 and len(set(every)) == 600
+    assert sum(1 for part in claimed if part) >= 2  # really concurrent

@@ -1,0 +1,106 @@
+"""The mixin on someone else's model: columns, saving, system checks."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+from django.db import models
+from django.test.utils import isolate_apps
+
+from django_dbqueue.checks import _check_model, check_queue_models
+from django_dbqueue.models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin
+from django_dbqueue.states import QueueState
+from tests.testapp.models import Job, Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_every_queue_column_is_prefixed_and_present() -> None:
+    names = {f.name for f in Ticket._meta.get_fields()}
+    assert set(QUEUE_FIELDS) <= names
+    assert all(name.startswith("queue_") for name in QUEUE_FIELDS)
+    assert any(tuple(i.fields[:3]) == CLAIM_INDEX_FIELDS for i in Ticket._meta.indexes)
+    assert Ticket._meta.ordering == ["id"]  # its own Meta composed with ours
+
+
+def test_plain_save_does_not_write_queue_columns_over_a_claim() -> None:
+    ticket = Ticket.objects.create(subject="old")
+    stale = Ticket.objects.get(pk=ticket.pk)  # e.g. an admin form loaded before the claim
+    [claimed] = Ticket.objects.claim()
+    stale.subject = "new"
+    stale.save()
+    row = Ticket.objects.get(pk=ticket.pk)
+    assert row.subject == "new"
+    assert (row.queue_state, row.queue_token) == (QueueState.RUNNING, claimed.queue_token)
+
+
+def test_handler_save_keeps_the_claim_and_the_outcome_lands() -> None:
+    Ticket.objects.create(subject="s")
+    [row] = Ticket.objects.claim()
+    row.process()  # calls self.save()
+    row.mark_succeeded()
+    db = Ticket.objects.get(pk=row.pk)
+    assert db.handled and db.queue_state == QueueState.SUCCEEDED
+
+
+def test_named_queue_fields_are_written_on_purpose() -> None:
+    ticket = Ticket.objects.create(subject="p")
+    ticket.queue_priority = 9
+    ticket.save(update_fields=["queue_priority"])
+    assert Ticket.objects.get(pk=ticket.pk).queue_priority == 9
+
+
+def test_installed_models_pass_the_checks() -> None:
+    assert check_queue_models() == []
+
+
+def _ids(messages: list[checks.CheckMessage]) -> set[str]:
+    return {m.id for m in messages}
+
+
+@isolate_apps("tests.testapp")
+def test_check_catches_a_meta_that_drops_the_index_and_a_clash() -> None:
+    class LostIndex(QueueMixin):
+        # Its own Meta without QueueMixin.Meta: the claim index is gone.
+        queue_priority = models.CharField(max_length=5)  # and a clashing column
+
+        class Meta:
+            app_label = "testapp"
+
+        def process(self) -> None:
+            pass
+
+    assert {"django_dbqueue.E002", "django_dbqueue.E003"} <= _ids(_check_model(LostIndex))
+
+
+@isolate_apps("tests.testapp")
+def test_check_catches_bad_class_attributes_and_a_missing_handler() -> None:
+    class Misconfigured(QueueMixin):
+        queue_retry = "3 times"
+        queue_lease = -1
+
+        class Meta(QueueMixin.Meta):
+            app_label = "testapp"
+
+    assert {"django_dbqueue.E004", "django_dbqueue.E005", "django_dbqueue.W001"} <= _ids(
+        _check_model(Misconfigured)
+    )
+
+
+def test_check_requires_use_tz(settings) -> None:
+    settings.USE_TZ = False
+    assert "django_dbqueue.E001" in _ids(check_queue_models())
+
+
+def test_check_command_runs_database_checks() -> None:
+    from django.core.management import call_command
+
+    call_command("check", "--database", "default", "--fail-level", "WARNING")
+
+
+def test_state_sets() -> None:
+    from django_dbqueue.states import ACTIVE_STATES, TERMINAL_STATES
+
+    assert not ACTIVE_STATES & TERMINAL_STATES
+    assert ACTIVE_STATES | TERMINAL_STATES | {QueueState.IDLE} == set(QueueState)
+    assert Job.queue_retry.max_attempts == 3

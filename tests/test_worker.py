@@ -1,0 +1,182 @@
+"""The Worker class in-process: outcomes, retries, atomic mode, timeouts, shutdown."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db.models import Count
+
+from django_dbqueue import signals
+from django_dbqueue.states import QueueState
+from django_dbqueue.worker import Worker
+from tests.conftest import wait_until
+from tests.testapp.models import AtomicJob, GroupedAtomicJob, Job, Ledger, TimeoutJob
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def drain(*models, **kwargs):
+    return Worker(models=list(models), burst=True, handle_signals=False, **kwargs).run()
+
+
+def drain_until_settled(model, rounds: int = 40):
+    """Drain repeatedly, letting retry backoffs (50 ms doubling) come due."""
+    for _ in range(rounds):
+        drain(model)
+        if not model.objects.filter(queue_state__in=["ready", "running"]).exists():
+            return
+        time.sleep(0.1)
+    raise AssertionError("queue did not settle")
+
+
+def runs(model) -> dict[int, int]:
+    return dict(
+        Ledger.objects.filter(kind=model.__name__)
+        .values("job_id")
+        .annotate(n=Count("id"))
+        .values_list("job_id", "n")
+    )
+
+
+def test_burst_drains_everything_once() -> None:
+    Job.objects.bulk_create([Job(name=str(i)) for i in range(250)])
+    stats = drain(Job, batch_size=40)
+    assert stats.succeeded == 250 and stats.claimed == 250
+    assert Job.objects.filter(queue_state=QueueState.SUCCEEDED).count() == 250
+    assert set(runs(Job).values()) == {1}
+
+
+def test_failures_retry_with_backoff_keep_the_error_and_end_failed() -> None:
+    flaky = Job.objects.create(name="flaky", fail_times=1)
+    doomed = Job.objects.create(name="doomed", fail_times=99)
+    discarded = Job.objects.create(name="discard", action="discard")
+    drain_until_settled(Job)
+    flaky.refresh_from_db()
+    doomed.refresh_from_db()
+    discarded.refresh_from_db()
+    assert (flaky.queue_state, flaky.queue_attempts) == (QueueState.SUCCEEDED, 2)
+    assert (doomed.queue_state, doomed.queue_attempts) == (QueueState.FAILED, 3)
+    assert "planned failure on attempt 3" in doomed.queue_last_error
+    assert "Traceback (most recent call last)" in doomed.queue_last_error
+    assert (discarded.queue_state, discarded.queue_attempts) == (QueueState.FAILED, 1)
+    assert "not worth retrying" in discarded.queue_last_error
+
+
+def test_signals_fire_for_claims_successes_and_failures() -> None:
+    seen: list[tuple[str, object]] = []
+
+    def on_claimed(sender, rows, worker_id, **kw):
+        seen.append(("claimed", len(rows)))
+
+    def on_ok(sender, row, **kw):
+        seen.append(("ok", row.pk))
+
+    def on_failed(sender, row, error, retry_at, **kw):
+        seen.append(("failed", retry_at is None))
+
+    signals.job_claimed.connect(on_claimed)
+    signals.job_succeeded.connect(on_ok)
+    signals.job_failed.connect(on_failed)
+    try:
+        ok = Job.objects.create(name="ok")
+        Job.objects.create(name="bad", action="discard")
+        drain(Job)
+    finally:
+        signals.job_claimed.disconnect(on_claimed)
+        signals.job_succeeded.disconnect(on_ok)
+        signals.job_failed.disconnect(on_failed)
+    assert ("claimed", 2) in seen and ("ok", ok.pk) in seen and ("failed", True) in seen
+
+
+def test_atomic_mode_rolls_back_a_failed_handlers_writes() -> None:
+    AtomicJob.objects.create(name="ok")
+    bad = AtomicJob.objects.create(name="bad", fail_times=99)
+    drain_until_settled(AtomicJob)
+    # The failing handler wrote a ledger row on each of its 3 attempts; all rolled back.
+    assert bad.pk not in runs(AtomicJob)
+    assert list(runs(AtomicJob).values()) == [1]
+    assert AtomicJob.objects.get(pk=bad.pk).queue_state == QueueState.FAILED
+
+
+def test_grouped_atomic_mode_isolates_each_handler_in_a_savepoint() -> None:
+    GroupedAtomicJob.objects.bulk_create(
+        [GroupedAtomicJob(name=str(i), fail_times=99 if i % 7 == 0 else 0) for i in range(35)]
+    )
+    drain_until_settled(GroupedAtomicJob)
+    states = dict(
+        GroupedAtomicJob.objects.values("queue_state").annotate(n=Count("id")).values_list("queue_state", "n")
+    )
+    assert states == {"succeeded": 30, "failed": 5}
+    ran = runs(GroupedAtomicJob)
+    assert len(ran) == 30 and set(ran.values()) == {1}
+
+
+def test_timeout_stops_a_slow_handler_and_counts_as_a_failed_attempt() -> None:
+    job = TimeoutJob.objects.create(name="slow", sleep=5)
+    started = time.monotonic()
+    drain(TimeoutJob)
+    assert time.monotonic() - started < 3
+    job.refresh_from_db()
+    assert job.queue_state == QueueState.READY and job.queue_attempts == 1
+    assert "JobTimeout: timed out after 0.5 s" in job.queue_last_error
+
+
+def test_handler_raising_system_exit_is_recorded_and_stops_the_worker() -> None:
+    Job.objects.bulk_create([Job(name="exit", action="exit")] + [Job(name=str(i)) for i in range(5)])
+    worker = Worker(models=[Job], burst=True, handle_signals=False)
+    stats = worker.run()
+    assert isinstance(worker._fatal, SystemExit)
+    exited = Job.objects.get(name="exit")
+    # Not an Exception, so outside the retry policy's retry_on: it ends FAILED, reason kept.
+    assert exited.queue_state == QueueState.FAILED and "SystemExit: 3" in exited.queue_last_error
+    # The rest of its batch was handed back, not lost.
+    assert stats.released == 5
+    assert Job.objects.filter(queue_state=QueueState.READY, queue_attempts=0).count() == 5
+
+
+def test_stop_finishes_the_current_job_and_releases_the_rest() -> None:
+    Job.objects.bulk_create([Job(name=str(i), sleep=0.3) for i in range(10)])
+    worker = Worker(models=[Job], batch_size=10, handle_signals=False, poll_interval=0.05)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    assert wait_until(lambda: Ledger.objects.count() >= 1, timeout=10)
+    worker.stop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    counts = dict(Job.objects.values("queue_state").annotate(n=Count("id")).values_list("queue_state", "n"))
+    assert counts.get("running", 0) == 0
+    assert counts["succeeded"] == worker.stats.succeeded >= 1
+    assert counts["ready"] == worker.stats.released == 10 - worker.stats.succeeded
+    assert Job.objects.filter(queue_state="ready").exclude(queue_attempts=0).count() == 0
+
+
+def test_max_jobs_bounds_the_work() -> None:
+    Job.objects.bulk_create([Job(name=str(i)) for i in range(30)])
+    stats = Worker(models=[Job], max_jobs=12, batch_size=5, handle_signals=False).run()
+    assert stats.succeeded == 12
+    assert Job.objects.filter(queue_state=QueueState.SUCCEEDED).count() == 12
+
+
+def test_lease_is_renewed_while_a_long_batch_runs() -> None:
+    Job.objects.bulk_create([Job(name=str(i), sleep=0.4) for i in range(6)])
+    # Lease 1 s, batch takes ~2.4 s: without renewal the tail of the batch would expire.
+    stats = drain(Job, lease=1, batch_size=6)
+    assert stats.succeeded == 6 and stats.lost == 0
+    assert Job.objects.rescue_expired() == 0
+
+
+def test_worker_refuses_a_missing_table() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import connection
+
+    with connection.schema_editor() as editor:
+        editor.delete_model(Ledger)
+    try:
+        Worker(models=[Ledger], handle_signals=False)  # not a queue model, but has no table
+        with pytest.raises(ImproperlyConfigured, match=r"run 'manage\.py migrate'"):
+            Worker(models=[Ledger], burst=True, handle_signals=False).run()
+    finally:
+        with connection.schema_editor() as editor:
+            editor.create_model(Ledger)
