@@ -1,0 +1,462 @@
+"""``QueueAdminMixin``: moderate a queue model in the Django admin.
+
+``class OrderAdmin(QueueAdminMixin, admin.ModelAdmin)`` adds, beside the model's own
+``list_display``, ``list_filter``, ``search_fields`` and actions:
+
+* queue columns (a readable state, priority, run at, attempts, the last error's summary);
+* queue filters (state, has error, date ranges, priority and attempt ranges);
+* bulk actions that are each ONE UPDATE or DELETE over the selection or the whole filtered
+  set, never touching a RUNNING row (it belongs to its worker), reporting what they skipped;
+* read-only queue columns in the change form, with the full traceback;
+* a dashboard per model, and "people as consumers": take the next N items (the same atomic
+  claim the workers use, leased to ``user:<username>``), "my items", done / failed / defer /
+  hand back (see :mod:`django_dbqueue.admin_people`);
+* a paginator that never runs a full ``COUNT(*)`` (:mod:`django_dbqueue.pagination`).
+
+Everything is configured by ``dbqueue_*`` class attributes; see docs/admin.md.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+from rangefilter.filters import DateTimeRangeFilter, NumericRangeFilter
+
+from .admin_people import PeopleAdminMixin
+from .models import QUEUE_FIELDS
+from .pagination import EstimatedCountPaginator
+from .query import QueueQuerySet, QueueQuerySetMixin
+from .states import QueueState
+
+__all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_summary"]
+
+
+class HasErrorFilter(admin.SimpleListFilter):
+    title = _("has error")
+    parameter_name = "queue_has_error"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("yes", _("With an error")), ("no", _("Without an error"))]
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+        if self.value() == "yes":
+            return queryset.exclude(queue_last_error="")
+        if self.value() == "no":
+            return queryset.filter(queue_last_error="")
+        return queryset
+
+
+def describe_queue_state(row: Any, now: Any = None) -> str:
+    """A person's reading of the row's state: "retrying, attempt 3 of 8", "scheduled", …"""
+    now = now or timezone.now()
+    state = row.queue_state
+    attempts = row.queue_attempts
+    max_attempts = getattr(type(row).queue_retry, "max_attempts", None)
+    of = f" of {max_attempts}" if max_attempts else ""
+    if state == QueueState.READY:
+        if attempts and row.queue_last_error:
+            return f"retrying, attempt {attempts + 1}{of}"
+        if row.queue_run_at and row.queue_run_at > now:
+            return "scheduled"
+        return "ready"
+    if state == QueueState.RUNNING:
+        who = f" by {row.queue_locked_by}" if row.queue_locked_by else ""
+        expired = " (lease expired)" if row.queue_locked_until and row.queue_locked_until < now else ""
+        return f"running{who}, attempt {attempts}{of}{expired}"
+    if state == QueueState.FAILED:
+        return ngettext("failed after %d attempt", "failed after %d attempts", attempts) % attempts
+    return str(QueueState(state).label).lower() if state in QueueState.values else str(state)
+
+
+def error_summary(text: str, length: int = 120) -> str:
+    """One line that says what went wrong: a traceback's exception line, else the first line."""
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return Truncator(line.strip()).chars(length)
+
+
+class PriorityForm(forms.Form):
+    priority = forms.IntegerField(
+        label=_("New priority"), min_value=-(2**31), max_value=2**31 - 1, help_text=_("Higher runs first.")
+    )
+
+
+class RescheduleForm(forms.Form):
+    UNITS = (("minutes", _("minutes")), ("hours", _("hours")), ("days", _("days")))
+
+    run_at = forms.DateTimeField(
+        label=_("Run at"),
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text=_("A date and time (server time zone) …"),
+    )
+    delay = forms.IntegerField(label=_("… or in"), required=False, min_value=0)
+    unit = forms.ChoiceField(label=_("unit"), choices=UNITS, initial="minutes", required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if (data.get("run_at") is None) == (data.get("delay") is None):
+            raise forms.ValidationError(_("Give either a date and time or a delay, not both."))
+        return data
+
+    def target(self) -> Any:
+        """A datetime or a timedelta (the delay counts from the database's clock)."""
+        if self.cleaned_data.get("run_at") is not None:
+            return self.cleaned_data["run_at"]
+        return timedelta(**{self.cleaned_data.get("unit") or "minutes": self.cleaned_data["delay"]})
+
+
+class ConfirmForm(forms.Form):
+    pass
+
+
+class QueueAdminMixin(PeopleAdminMixin):
+    """Mix into a ``ModelAdmin`` of a ``QueueMixin`` model (before ``admin.ModelAdmin``)."""
+
+    #: Columns added after the model admin's own ``list_display``.
+    dbqueue_list_display: tuple[str, ...] = (
+        "dbqueue_state",
+        "queue_priority",
+        "queue_run_at",
+        "queue_attempts",
+        "dbqueue_error",
+    )
+    #: Filters added after the model admin's own ``list_filter``.
+    dbqueue_list_filter: tuple[Any, ...] = (
+        "queue_state",
+        HasErrorFilter,
+        ("queue_run_at", DateTimeRangeFilter),
+        ("queue_enqueued_at", DateTimeRangeFilter),
+        ("queue_last_attempt_at", DateTimeRangeFilter),
+        ("queue_finished_at", DateTimeRangeFilter),
+        ("queue_priority", NumericRangeFilter),
+        ("queue_attempts", NumericRangeFilter),
+    )
+    #: Actions added after the model admin's own ``actions``.
+    dbqueue_actions: tuple[str, ...] = (
+        "dbqueue_retry_now",
+        "dbqueue_reprioritize",
+        "dbqueue_reschedule",
+        "dbqueue_cancel",
+        "dbqueue_enqueue_again",
+        "dbqueue_delete",
+    )
+    #: Drop Django's ``delete_selected`` (it loads every object it deletes) for ``dbqueue_delete``.
+    dbqueue_replace_delete_selected: bool = True
+    #: Show the queue columns in their own, read-only fieldset of the change form.
+    dbqueue_fieldset: bool = True
+
+    # A changelist never counts the whole table, and counts big filtered sets approximately.
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    change_list_template = "admin/django_dbqueue/change_list.html"
+    dbqueue_action_template = "admin/django_dbqueue/action_form.html"
+    dbqueue_dashboard_template = "admin/django_dbqueue/dashboard.html"
+
+    def __init__(self, model: type[models.Model], admin_site: admin.AdminSite) -> None:
+        super().__init__(model, admin_site)
+        if self.actions is not None:
+            own = list(self.actions)
+            self.actions = [*own, *(name for name in self.dbqueue_actions if name not in own)]
+
+    # -- composition with the model's own admin ----------------------------------------------
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        own = list(super().get_list_display(request))
+        return [*own, *(c for c in self.dbqueue_list_display if c not in own)]
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        own = list(super().get_list_filter(request))
+        return [*own, *(f for f in self.dbqueue_list_filter if f not in own)]
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        if self.dbqueue_replace_delete_selected and "dbqueue_delete" in actions:
+            actions.pop("delete_selected", None)
+        return actions
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        own = list(super().get_readonly_fields(request, obj))
+        queue = [f for f in QUEUE_FIELDS if f != "queue_last_error"] + ["dbqueue_last_error"]
+        return [*own, *(f for f in queue if f not in own)]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if not self.dbqueue_fieldset:
+            return fieldsets
+        queue = {*QUEUE_FIELDS, "dbqueue_last_error"}
+        shown: set[str] = set()
+        cleaned = []
+        for name, options in fieldsets:
+            fields = [f for f in options.get("fields", ()) if isinstance(f, (list, tuple)) or f not in queue]
+            shown.update(f for f in options.get("fields", ()) if isinstance(f, str))
+            if fields:
+                cleaned.append((name, {**options, "fields": fields}))
+        if self.fieldsets is not None and shown & queue:
+            return fieldsets  # the model admin placed the queue fields itself
+        order = [f for f in QUEUE_FIELDS if f not in ("queue_last_error", "queue_token")]
+        return [*cleaned, (_("Queue"), {"fields": [*order, "dbqueue_last_error"]})]
+
+    # -- columns -------------------------------------------------------------------------
+
+    @admin.display(description=_("queue state"), ordering="queue_state")
+    def dbqueue_state(self, obj: Any) -> str:
+        return describe_queue_state(obj)
+
+    @admin.display(description=_("last error"))
+    def dbqueue_error(self, obj: Any) -> str:
+        return error_summary(obj.queue_last_error)
+
+    @admin.display(description=_("last error"))
+    def dbqueue_last_error(self, obj: Any) -> str:
+        if obj is None or not obj.queue_last_error:
+            return "-"
+        return format_html('<pre class="dbqueue-traceback">{}</pre>', obj.queue_last_error)
+
+    # -- permissions ---------------------------------------------------------------------
+
+    def has_dbqueue_permission(self, request: HttpRequest) -> bool:
+        """May the user moderate the queue (actions, taking items)? The change permission by
+        default; override to require a permission of your own (e.g. ``shop.manage_queue``)."""
+        return self.has_change_permission(request)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        if request.method == "POST" and "action" in request.POST:
+            wanted = set(request.POST.getlist("action")) & set(self.dbqueue_actions)
+            if wanted - set(self.get_actions(request)):
+                raise PermissionDenied  # a forged POST for an action the user may not run
+        context = {"dbqueue": self.dbqueue_changelist_context(request), **(extra_context or {})}
+        return super().changelist_view(request, context)
+
+    def dbqueue_changelist_context(self, request: HttpRequest) -> dict[str, Any]:
+        context: dict[str, Any] = {
+            "dashboard_url": self._dbqueue_url("dashboard"),
+            "can_take": self.has_dbqueue_permission(request),
+            "take_max": self.dbqueue_take_max,
+            "take_default": self.dbqueue_take_default,
+        }
+        if context["can_take"]:
+            query = request.GET.urlencode()
+            context["take_url"] = self._dbqueue_url("take") + (f"?{query}" if query else "")
+            context["mine_url"] = self._dbqueue_url("mine")
+            context["my_count"] = self.dbqueue_my_items(request).count()
+        return context
+
+    # -- bulk actions --------------------------------------------------------------------
+
+    def dbqueue_queryset(self, queryset: models.QuerySet) -> QueueQuerySet:
+        """The changelist's (filtered) queryset as a queue QuerySet, whatever manager the
+        model has; unordered, so an UPDATE is a plain ``UPDATE … WHERE``."""
+        if not isinstance(queryset, QueueQuerySetMixin):
+            queryset = QueueQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset._db)
+        return queryset.select_related(None).order_by()
+
+    def _dbqueue_check(self, request: HttpRequest, permission: str = "dbqueue") -> None:
+        if not getattr(self, f"has_{permission}_permission")(request):
+            raise PermissionDenied
+
+    def dbqueue_report(
+        self, request: HttpRequest, qs: QueueQuerySet, changed: int, done: str, applies_to: str
+    ) -> None:
+        """Tell the user what changed and what was skipped (RUNNING rows are named)."""
+        names = self.opts.verbose_name_plural
+        across = request.POST.get("select_across") == "1"
+        if across:
+            text = _("%(done)s %(n)d %(names)s matching the filter.") % {
+                "done": done,
+                "n": changed,
+                "names": names,
+            }
+        else:
+            selected = len(set(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
+            text = _("%(done)s %(n)d of %(sel)d selected %(names)s.") % {
+                "done": done,
+                "n": changed,
+                "sel": selected,
+                "names": names,
+            }
+        skipped = None if across else selected - changed
+        if across or skipped:
+            # RUNNING rows were never changed, so counting them after the UPDATE is exact.
+            running = qs.filter(queue_state=QueueState.RUNNING).count()
+            parts = []
+            if running:
+                parts.append(
+                    ngettext(
+                        "%d running row was left to its worker",
+                        "%d running rows were left to their workers",
+                        running,
+                    )
+                    % running
+                )
+            others = None if across else skipped - running
+            if others or (across and not running):
+                parts.append(
+                    _("rows not %(applies)s were left unchanged") % {"applies": applies_to}
+                    if others is None
+                    else ngettext(
+                        "%(n)d row not %(applies)s was left unchanged",
+                        "%(n)d rows not %(applies)s were left unchanged",
+                        others,
+                    )
+                    % {"n": others, "applies": applies_to}
+                )
+            if parts:
+                text = f"{text} {_('Skipped')}: {'; '.join(parts)}."
+        self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
+
+    def dbqueue_form_step(
+        self,
+        request: HttpRequest,
+        queryset: models.QuerySet,
+        form_class: type[forms.Form],
+        title: str,
+        intro: str,
+        submit: str,
+    ) -> forms.Form | HttpResponse:
+        """The intermediate page of an action: the bound, valid form, or the page to show."""
+        form = form_class(request.POST if "dbqueue_apply" in request.POST else None)
+        if form.is_bound and form.is_valid():
+            return form
+        across = request.POST.get("select_across") == "1"
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "intro": intro,
+            "submit": submit,
+            "form": form,
+            "opts": self.opts,
+            "action": request.POST.get("action", ""),
+            "selected": selected,
+            "select_across": "1" if across else "0",
+            "count": None if across else len(set(selected)),
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, self.dbqueue_action_template, context)
+
+    @admin.action(description=_("Retry now"), permissions=["dbqueue"])
+    def dbqueue_retry_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._dbqueue_check(request)
+        qs = self.dbqueue_queryset(queryset)
+        changed = qs.retry_now()
+        self.dbqueue_report(request, qs, changed, _("Made due now:"), _("ready or failed"))
+
+    @admin.action(description=_("Change priority…"), permissions=["dbqueue"])
+    def dbqueue_reprioritize(self, request: HttpRequest, queryset: models.QuerySet) -> Any:
+        self._dbqueue_check(request)
+        step = self.dbqueue_form_step(
+            request,
+            queryset,
+            PriorityForm,
+            _("Change priority"),
+            _("Set the priority of the selected items (running items keep theirs)."),
+            _("Set priority"),
+        )
+        if isinstance(step, HttpResponse):
+            return step
+        qs = self.dbqueue_queryset(queryset)
+        priority = step.cleaned_data["priority"]
+        changed = qs.reprioritize(priority)
+        self.dbqueue_report(
+            request, qs, changed, _("Set priority %d on") % priority, _("waiting or finished")
+        )
+        return None
+
+    @admin.action(description=_("Reschedule…"), permissions=["dbqueue"])
+    def dbqueue_reschedule(self, request: HttpRequest, queryset: models.QuerySet) -> Any:
+        self._dbqueue_check(request)
+        step = self.dbqueue_form_step(
+            request,
+            queryset,
+            RescheduleForm,
+            _("Reschedule"),
+            _("Move the selected ready items to a date, or by a delay from now."),
+            _("Reschedule"),
+        )
+        if isinstance(step, HttpResponse):
+            return step
+        qs = self.dbqueue_queryset(queryset)
+        changed = qs.reschedule(step.target())
+        self.dbqueue_report(request, qs, changed, _("Rescheduled"), _("ready"))
+        return None
+
+    @admin.action(description=_("Cancel"), permissions=["dbqueue"])
+    def dbqueue_cancel(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._dbqueue_check(request)
+        qs = self.dbqueue_queryset(queryset)
+        changed = qs.cancel()
+        self.dbqueue_report(request, qs, changed, _("Cancelled"), _("ready or idle"))
+
+    @admin.action(
+        description=_("Enqueue again (finished, failed, cancelled or idle)"), permissions=["dbqueue"]
+    )
+    def dbqueue_enqueue_again(self, request: HttpRequest, queryset: models.QuerySet) -> None:
+        self._dbqueue_check(request)
+        qs = self.dbqueue_queryset(queryset)
+        done = [QueueState.SUCCEEDED, QueueState.FAILED, QueueState.CANCELLED, QueueState.IDLE]
+        changed = qs.filter(queue_state__in=done).enqueue()
+        self.dbqueue_report(
+            request, qs, changed, _("Enqueued again"), _("finished, failed, cancelled or idle")
+        )
+
+    @admin.action(description=_("Delete (skips running items)…"), permissions=["delete"])
+    def dbqueue_delete(self, request: HttpRequest, queryset: models.QuerySet) -> Any:
+        self._dbqueue_check(request, "delete")
+        step = self.dbqueue_form_step(
+            request,
+            queryset,
+            ConfirmForm,
+            _("Delete"),
+            _("Delete the selected items for good? Running items are kept."),
+            _("Yes, delete"),
+        )
+        if isinstance(step, HttpResponse):
+            return step
+        qs = self.dbqueue_queryset(queryset)
+        # One DELETE when nothing cascades and no delete signal listens (Django's fast delete).
+        changed, _per_model = qs.exclude(queue_state=QueueState.RUNNING).delete()
+        changed = _per_model.get(self.opts.label, changed)
+        self.dbqueue_report(request, qs, changed, _("Deleted"), _("deletable"))
+        return None
+
+    # -- dashboard -----------------------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}_dbqueue"
+        wrap = self.admin_site.admin_view
+        return [
+            path("dbqueue/dashboard/", wrap(self.dbqueue_dashboard_view), name=f"{prefix}_dashboard"),
+            *self.dbqueue_people_urls(),
+            *super().get_urls(),
+        ]
+
+    def dbqueue_dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        from .stats import queue_stats
+
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("%(name)s queue") % {"name": self.opts.verbose_name_plural.capitalize()},
+            "opts": self.opts,
+            "stats": queue_stats(self.model),
+            "dbqueue": self.dbqueue_changelist_context(request),
+        }
+        return TemplateResponse(request, self.dbqueue_dashboard_template, context)
