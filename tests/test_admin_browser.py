@@ -74,7 +74,11 @@ def test_operator_filters_by_customer_and_date_and_reprioritises(
     live_server: Any, browser: Any, shots: Path
 ) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    def wait(condition: Any) -> Any:  # a click starts a navigation; it does not wait for it
+        return WebDriverWait(browser, 15).until(condition)
 
     User.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
     now = timezone.now()
@@ -103,13 +107,13 @@ def test_operator_filters_by_customer_and_date_and_reprioritises(
     browser.find_element(By.NAME, "username").send_keys("operator")
     browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    assert "Select ticket to change" in browser.title
+    wait(ec.title_contains("Select ticket to change"))
 
     # a domain field: the search box searches "=customer"
     search = browser.find_element(By.ID, "searchbar")
     search.send_keys("3345")
     search.submit()
-    assert "q=3345" in browser.current_url
+    wait(ec.url_contains("q=3345"))
 
     # a date range on enqueued-at: the last three days
     since = now - timedelta(days=3)
@@ -119,9 +123,10 @@ def test_operator_filters_by_customer_and_date_and_reprioritises(
         By.XPATH, "ancestor::div[contains(@class, 'admindatefilter')]"
     )
     form.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    assert "queue_enqueued_at__range__gte_0" in browser.current_url
-    rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
-    assert len(rows) == len(expected) + 1  # and the running one
+    wait(ec.url_contains("queue_enqueued_at__range__gte_0"))
+    # the customer's tickets of the last three days, and the running one
+    wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")) == len(expected) + 1)
+    wait(lambda d: d.execute_script("return document.readyState") == "complete")
     browser.save_screenshot(str(shots / "admin-filtered.png"))
 
     browser.find_element(By.ID, "action-toggle").click()  # select every row of the page
@@ -132,7 +137,7 @@ def test_operator_filters_by_customer_and_date_and_reprioritises(
     browser.save_screenshot(str(shots / "admin-reprioritise.png"))
     browser.find_element(By.NAME, "dbqueue_submit").click()
 
-    message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li").text
+    message = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "ul.messagelist li"))).text
     assert f"{len(expected)} of {len(expected) + 1} selected tickets" in message
     assert "1 running row was left to its worker" in message
     browser.save_screenshot(str(shots / "admin-done.png"))
