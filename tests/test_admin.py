@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_dbqueue import pagination
+from django_dbqueue import pagination, stats
 from django_dbqueue.admin import describe_queue_state, error_summary
 from django_dbqueue.states import QueueState
 from tests.testapp.models import Job, Ticket
@@ -402,12 +402,27 @@ def test_dashboard_counts(admin_client: Client, rows: dict[str, int]) -> None:
     response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
     assert response.status_code == 200
     stats = response.context["stats"]
-    counts = {state: n for state, _label, n in stats["counts"]}
+    counts = {state: n for state, _label, n, _estimated in stats["counts"]}
     assert counts == {"idle": 1, "ready": 3, "running": 1, "succeeded": 1, "failed": 1, "cancelled": 1}
     assert stats["total"] == 8
     assert (stats["succeeded_last_hour"], stats["failed_last_hour"]) == (1, 0)
     assert stats["workers"] == [("host:1", 1)] and stats["people"] == []
     assert timedelta(minutes=59) < stats["oldest_ready_age"] < timedelta(hours=2)
+
+
+def test_dashboard_stays_bounded_on_big_tables(
+    admin_client: Client, rows: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stats, "table_row_estimate", lambda model, using: 5_000_000)
+    big = stats.queue_stats(Ticket, exact_limit=2)
+    ready = next(c for c in big["counts"] if c[0] == "ready")
+    assert ready[2] >= 3 and ready[3] is True and big["total_estimated"]
+    # without an index on (queue_state, queue_finished_at) the "last hour" scan is skipped
+    assert not stats.has_index(Ticket, "default", stats.FINISHED_INDEX)
+    assert big["succeeded_last_hour"] is None
+    response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
+    assert b"add an index on (queue_state, queue_finished_at)" in response.content
+    assert stats.has_index(Ticket, "default", ("queue_state",))  # the claim index
 
 
 # -- people as consumers ---------------------------------------------------------------------
