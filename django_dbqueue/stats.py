@@ -29,14 +29,17 @@ FINISHED_INDEX = ("queue_state", "queue_finished_at")
 def queue_stats(model: Any, using: str | None = None, exact_limit: int = EXACT_LIMIT) -> dict[str, Any]:
     using = using or router.db_for_read(model)
     qs = model.queue_queryset(using).order_by()
-    counts = []
-    for state, label in QueueState.choices:
-        rows = qs.filter(queue_state=state)
-        n = rows[: exact_limit + 1].count()
-        estimated = n > exact_limit
-        if estimated:
-            n = max(n, plan_row_estimate(rows) or 0)
-        counts.append((state, label, n, estimated))
+    size = table_row_estimate(model, using)
+    exact = {state: qs.filter(queue_state=state)[: exact_limit + 1].count() for state in QueueState.values}
+    capped = [state for state, n in exact.items() if n > exact_limit]
+    if len(capped) == 1 and size is not None:
+        # The usual big table: one huge state (SUCCEEDED). The table's row estimate minus
+        # the exact counts of the others beats the planner's guess for that one state.
+        exact[capped[0]] = max(exact_limit + 1, size - sum(n for s, n in exact.items() if s != capped[0]))
+    else:
+        for state in capped:
+            exact[state] = max(exact_limit + 1, plan_row_estimate(qs.filter(queue_state=state)) or 0)
+    counts = [(state, label, exact[state], state in capped) for state, label in QueueState.choices]
     oldest = qs.ready().aggregate(oldest=Min("queue_run_at"))["oldest"]
     stats: dict[str, Any] = {
         "counts": counts,
@@ -47,7 +50,6 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int = EXACT_L
         "failed_last_hour": None,
         "finished_index": FINISHED_INDEX,
     }
-    size = table_row_estimate(model, using)
     if size is None or size <= SCAN_LIMIT or has_index(model, using, FINISHED_INDEX):
         hour = dict(
             qs.filter(
