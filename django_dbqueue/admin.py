@@ -167,6 +167,8 @@ class QueueAdminMixin(PeopleAdminMixin):
 
     # A changelist never counts the whole table, and counts big filtered sets approximately.
     show_full_result_count = False
+    # Facet counts aggregate every filter over the whole filtered set: minutes at 10M rows.
+    show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
     change_list_template = "admin/django_dbqueue/change_list.html"
     dbqueue_action_template = "admin/django_dbqueue/action_form.html"

@@ -19,6 +19,7 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import router
 from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -26,6 +27,7 @@ from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
 from .exceptions import Discard, LeaseLost
+from .query import QueueQuerySet
 from .states import QueueState
 
 
@@ -81,8 +83,13 @@ class PeopleAdminMixin:
             path("dbqueue/mine/", wrap(self.dbqueue_mine_view), name=f"{prefix}_mine"),
         ]
 
+    def dbqueue_write_queryset(self) -> QueueQuerySet:
+        """All rows, on the database the model is written to (claims and outcomes must not
+        go to a read replica a router may send reads to)."""
+        return self.model.queue_queryset(router.db_for_write(self.model))
+
     def dbqueue_my_items(self, request: HttpRequest) -> QuerySet:
-        return self.model.queue_queryset().filter(
+        return self.dbqueue_write_queryset().filter(
             queue_state=QueueState.RUNNING, queue_locked_by=self.dbqueue_worker_id(request)
         )
 
@@ -101,9 +108,9 @@ class PeopleAdminMixin:
         n = min(form.cleaned_data["n"], self.dbqueue_take_max)
         # The changelist's filters (in the query string) narrow what is taken.
         changelist = self.get_changelist_instance(request)
-        qs = self.dbqueue_queryset(changelist.get_queryset(request))
+        qs = self.dbqueue_queryset(changelist.get_queryset(request)).using(router.db_for_write(self.model))
         if qs.query.distinct:
-            qs = self.model.queue_queryset().filter(pk__in=qs.values("pk"))
+            qs = self.dbqueue_write_queryset().filter(pk__in=qs.values("pk"))
         rows = qs.claim(n, worker_id=self.dbqueue_worker_id(request), lease=self.dbqueue_take_lease)
         if rows:
             self.message_user(
@@ -151,7 +158,7 @@ class PeopleAdminMixin:
         """Record a person's outcome on an item they hold; False (and a message) if the
         claim is gone (lease ran out, or the row is not theirs)."""
         me = self.dbqueue_worker_id(request)
-        qs = self.model.queue_queryset()
+        qs = self.dbqueue_write_queryset()
         row = qs.filter(queue_locked_by=me).adopt(data["pk"], data["token"], worker_id=me)
         outcome = data["outcome"]
         try:
@@ -186,7 +193,7 @@ class PeopleAdminMixin:
         if isinstance(until, timedelta):
             raise TypeError("defer_until must be a datetime")
         return (
-            self.model.queue_queryset()
+            self.dbqueue_write_queryset()
             .filter(pk=pk, queue_token=token, queue_state=QueueState.RUNNING)
             .update(
                 queue_state=QueueState.READY,
