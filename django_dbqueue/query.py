@@ -190,6 +190,9 @@ class QueueQuerySetMixin:
             self.ready()
             .annotate(_dbq_now=DbNow())
             .order_by(*order)
+            # The traceback of an earlier attempt is rarely read by a handler; a TEXT column
+            # is the costliest to fetch for a whole batch (loaded on access if needed).
+            .defer("queue_last_error")
             .select_for_update(skip_locked=True)[:limit]
         )
 

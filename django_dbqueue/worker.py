@@ -268,6 +268,10 @@ class Worker:
                 self._release(model, rows[start:], claim)
                 return
             done: list[QueueMixin] = []
+            failed: list[tuple[QueueMixin, BaseException]] = []
+            # One job per transaction needs no savepoint: if it fails, the whole transaction
+            # rolls back and the failure is recorded right after (the row is still ours).
+            single = len(chunk) == 1
             try:
                 with transaction.atomic(using=using):
                     held = model.queue_queryset(using)._lock_held([r.pk for r in chunk], claim)
@@ -275,14 +279,18 @@ class Worker:
                         if row.pk not in held:
                             self._lost(row, claim)
                             continue
-                        savepoint = transaction.savepoint(using=using)
+                        savepoint = None if single else transaction.savepoint(using=using)
                         error = self._call(row, claim)
                         if error is None:
-                            transaction.savepoint_commit(savepoint, using=using)
+                            if savepoint:
+                                transaction.savepoint_commit(savepoint, using=using)
                             done.append(row)
-                        else:
+                        elif savepoint:
                             transaction.savepoint_rollback(savepoint, using=using)
                             self._fail(row, error, claim)
+                        else:
+                            transaction.set_rollback(True, using=using)
+                            failed.append((row, error))
                     lost = record_successes(model, done, claim)
                     self.stats.succeeded += len(done) - len(lost)
                     self.stats.lost += len(lost)
@@ -293,8 +301,9 @@ class Worker:
                 logger.warning(
                     "worker %s: atomic group of %s rolled back: %s", self.worker_id, model._meta.label, exc
                 )
-                for row in chunk:
-                    self._fail(row, exc, claim)
+                failed = [(row, exc) for row in chunk]
+            for row, error in failed:
+                self._fail(row, error, claim)
 
     def _call(self, row: QueueMixin, claim: Claim) -> BaseException | None:
         """Run one handler; return what it raised (None on success)."""
