@@ -75,6 +75,7 @@ class Worker:
         lease: float | timedelta | None = None,
         worker_id: str | None = None,
         database: str | None = None,
+        queues: Sequence[str] | None = None,
         handle_signals: bool = True,
         on_hard_timeout: HardTimeoutHook | None = None,
         parent_pid: int | None = None,
@@ -89,6 +90,14 @@ class Worker:
         self.lease = as_timedelta(lease, "lease") if lease is not None else None
         self.worker_id = worker_id or default_worker_id()
         self.database = database
+        self.queues = list(queues) if queues else None
+        if self.queues:
+            # Only models with a `queue` column (Message, the django.tasks records) have queues.
+            self.models = [m for m in self.models if has_queue_column(m)]
+            if not self.models:
+                raise ImproperlyConfigured(
+                    "--queue needs a model with a 'queue' column, e.g. django_dbqueue.Message"
+                )
         self.handle_signals = handle_signals
         self.on_hard_timeout = on_hard_timeout
         self.parent_pid = parent_pid
@@ -154,6 +163,8 @@ class Worker:
                     if self.stopping or self._quota_left() == 0:
                         break
                     qs = model.queue_queryset(self.db_for(model))
+                    if self.queues:
+                        qs = qs.filter(queue__in=self.queues)
                     if not busy[model] and not qs.has_ready():
                         continue
                     rows = qs.claim(
@@ -257,6 +268,10 @@ class Worker:
                 self._release(model, rows[start:], claim)
                 return
             done: list[QueueMixin] = []
+            failed: list[tuple[QueueMixin, BaseException]] = []
+            # One job per transaction needs no savepoint: if it fails, the whole transaction
+            # rolls back and the failure is recorded right after (the row is still ours).
+            single = len(chunk) == 1
             try:
                 with transaction.atomic(using=using):
                     held = model.queue_queryset(using)._lock_held([r.pk for r in chunk], claim)
@@ -264,14 +279,18 @@ class Worker:
                         if row.pk not in held:
                             self._lost(row, claim)
                             continue
-                        savepoint = transaction.savepoint(using=using)
+                        savepoint = None if single else transaction.savepoint(using=using)
                         error = self._call(row, claim)
                         if error is None:
-                            transaction.savepoint_commit(savepoint, using=using)
+                            if savepoint:
+                                transaction.savepoint_commit(savepoint, using=using)
                             done.append(row)
-                        else:
+                        elif savepoint:
                             transaction.savepoint_rollback(savepoint, using=using)
                             self._fail(row, error, claim)
+                        else:
+                            transaction.set_rollback(True, using=using)
+                            failed.append((row, error))
                     lost = record_successes(model, done, claim)
                     self.stats.succeeded += len(done) - len(lost)
                     self.stats.lost += len(lost)
@@ -282,8 +301,9 @@ class Worker:
                 logger.warning(
                     "worker %s: atomic group of %s rolled back: %s", self.worker_id, model._meta.label, exc
                 )
-                for row in chunk:
-                    self._fail(row, exc, claim)
+                failed = [(row, exc) for row in chunk]
+            for row, error in failed:
+                self._fail(row, error, claim)
 
     def _call(self, row: QueueMixin, claim: Claim) -> BaseException | None:
         """Run one handler; return what it raised (None on success)."""
@@ -492,3 +512,7 @@ def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None
                 f"the table {model._meta.db_table!r} of {model._meta.label} does not exist "
                 f"in database {using!r}: run 'manage.py migrate'"
             )
+
+
+def has_queue_column(model: type[QueueMixin]) -> bool:
+    return any(f.name == "queue" for f in model._meta.concrete_fields)

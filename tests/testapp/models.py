@@ -22,7 +22,11 @@ class Ledger(models.Model):
     pid = models.IntegerField(default=os.getpid)
 
     class Meta:
-        indexes = [models.Index(fields=["kind", "job_id"])]
+        # A handler run is (row, attempt): the same attempt recorded twice would mean two
+        # live claims held the row at once.
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "job_id", "attempt"], name="ledger_one_run_per_attempt")
+        ]
 
 
 class Behaviour(QueueMixin):
@@ -101,3 +105,21 @@ class Ticket(QueueMixin):
     def process(self) -> None:
         self.handled = True
         self.save()
+
+
+class Noop(QueueMixin):
+    """A handler that does nothing: what is left is the queue's own cost."""
+
+    payload = models.CharField(max_length=50, blank=True, default="")
+
+    def process(self) -> None:
+        pass
+
+
+class AtomicNoop(Noop):
+    """A proxy: same table, atomic mode (and its plain Meta must not trip the index check)."""
+
+    queue_atomic = True
+
+    class Meta:
+        proxy = True
