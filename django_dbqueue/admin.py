@@ -311,11 +311,9 @@ class QueueAdminMixin(PeopleAdminMixin):
                     % running
                 )
             others = None if across else skipped - running
-            if others or (across and not running):
+            if others:
                 parts.append(
-                    _("rows not %(applies)s were left unchanged") % {"applies": applies_to}
-                    if others is None
-                    else ngettext(
+                    ngettext(
                         "%(n)d row not %(applies)s was left unchanged",
                         "%(n)d rows not %(applies)s were left unchanged",
                         others,
@@ -324,6 +322,10 @@ class QueueAdminMixin(PeopleAdminMixin):
                 )
             if parts:
                 text = f"{text} {_('Skipped')}: {'; '.join(parts)}."
+            if across:
+                text = f"{text} " + _("Rows not %(applies)s, if any, were left unchanged.") % {
+                    "applies": applies_to
+                }
         self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
 
     def dbqueue_form_step(
@@ -380,7 +382,7 @@ class QueueAdminMixin(PeopleAdminMixin):
         priority = step.cleaned_data["priority"]
         changed = qs.reprioritize(priority)
         self.dbqueue_report(
-            request, qs, changed, _("Set priority %d on") % priority, _("waiting or finished")
+            request, qs, changed, _("Set priority %d on") % priority, _("idle, waiting or finished")
         )
         return None
 
