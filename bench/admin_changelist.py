@@ -38,6 +38,8 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
+from tests.testapp.models import Ticket  # noqa: E402
+
 EXTRA_INDEXES = {
     "admin_bench_customer": "(customer)",
     "admin_bench_state_finished": "(queue_state, queue_finished_at)",
@@ -188,6 +190,26 @@ def run(repeat: int, label: str, out: list[str]) -> None:
                 )
             else:
                 details.append(f"* {float(q['time']) * 1000:.1f} ms (session/auth) `{sql[:90]}…`")
+    # One bulk action over a whole filtered set ("select all"), as the operator runs it.
+    url = (
+        reverse("admin:testapp_ticket_changelist") + "?queue_state__exact=ready&queue_priority__range__gte=5"
+    )
+    pk = (
+        Ticket.objects.filter(queue_state="ready", queue_priority__gte=5).values_list("pk", flat=True).first()
+    )
+    data = {"action": "dbqueue_reprioritize", "select_across": "1", "_selected_action": [str(pk)]}
+    data.update(dbqueue_apply="1", priority="9")
+    with CaptureQueriesContext(connection) as captured:
+        started = time.perf_counter()
+        response = client.post(url, data)
+        took = time.perf_counter() - started
+    assert response.status_code == 302, response.status_code
+    writes = [q for q in captured.captured_queries if q["sql"].startswith("UPDATE `testapp_ticket`")]
+    out.append(
+        f"\n### action: reprioritise all READY rows with priority >= 5 (select all) — {took * 1000:.0f} ms\n"
+    )
+    out.extend(f"* {float(q['time']) * 1000:.1f} ms `{q['sql']}`" for q in writes)
+    print(f"{label:>22} | reprioritise (select all, {len(writes)} UPDATE)          {took * 1000:7.1f} ms")
     out.extend(details)
 
 
