@@ -131,8 +131,12 @@ def pages() -> list[tuple[str, str]]:
         ("customer 3345 (search =customer)", changelist + "?q=3345"),
         ("customer 3345 (?customer=, as a ForeignKey filter does)", changelist + "?customer=3345"),
         (
-            "customer 3345, failed, finished since Tuesday",
+            "customer 3345 (search), failed, finished since Tuesday",
             changelist + f"?q=3345&queue_state__exact=failed&{since}",
+        ),
+        (
+            "customer 3345 (?customer=), failed, finished since Tuesday",
+            changelist + f"?customer=3345&queue_state__exact=failed&{since}",
         ),
         ("priority >= 5, state ready", changelist + "?queue_state__exact=ready&queue_priority__range__gte=5"),
         ("dashboard", reverse("admin:testapp_ticket_dbqueue_dashboard")),

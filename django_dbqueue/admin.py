@@ -30,13 +30,15 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from rangefilter.filters import DateTimeRangeFilter, NumericRangeFilter
 
 from .admin_people import PeopleAdminMixin
+from .history import QueueAttempt, history_enabled
 from .models import QUEUE_FIELDS
 from .pagination import EstimatedCountPaginator
 from .query import QueueQuerySet, QueueQuerySetMixin
@@ -198,14 +200,17 @@ class QueueAdminMixin(PeopleAdminMixin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         own = list(super().get_readonly_fields(request, obj))
-        queue = [f for f in QUEUE_FIELDS if f != "queue_last_error"] + ["dbqueue_last_error"]
+        queue = [f for f in QUEUE_FIELDS if f != "queue_last_error"] + [
+            "dbqueue_last_error",
+            "dbqueue_history",
+        ]
         return [*own, *(f for f in queue if f not in own)]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         fieldsets = list(super().get_fieldsets(request, obj))
         if not self.dbqueue_fieldset:
             return fieldsets
-        queue = {*QUEUE_FIELDS, "dbqueue_last_error"}
+        queue = {*QUEUE_FIELDS, "dbqueue_last_error", "dbqueue_history"}
         shown: set[str] = set()
         cleaned = []
         for name, options in fieldsets:
@@ -216,7 +221,8 @@ class QueueAdminMixin(PeopleAdminMixin):
         if self.fieldsets is not None and shown & queue:
             return fieldsets  # the model admin placed the queue fields itself
         order = [f for f in QUEUE_FIELDS if f not in ("queue_last_error", "queue_token")]
-        return [*cleaned, (_("Queue"), {"fields": [*order, "dbqueue_last_error"]})]
+        extra = ["dbqueue_last_error", "dbqueue_history"] if obj is not None else ["dbqueue_last_error"]
+        return [*cleaned, (_("Queue"), {"fields": [*order, *extra]})]
 
     # -- columns -------------------------------------------------------------------------
 
@@ -233,6 +239,46 @@ class QueueAdminMixin(PeopleAdminMixin):
         if obj is None or not obj.queue_last_error:
             return "-"
         return format_html('<pre class="dbqueue-traceback">{}</pre>', obj.queue_last_error)
+
+    #: Attempts shown in the change form's history (0: none).
+    dbqueue_history_rows: int = 20
+
+    @admin.display(description=_("attempts"))
+    def dbqueue_history(self, obj: Any) -> str:
+        if obj is None or obj.pk is None or not self.dbqueue_history_rows or not history_enabled(self.model):
+            return "-"
+        attempts = list(
+            QueueAttempt.objects.using(obj._state.db)
+            .filter(model=self.opts.label, object_id=str(obj.pk))
+            .order_by("-finished_at", "-pk")[: self.dbqueue_history_rows]
+        )
+        if not attempts:
+            return "-"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    a.attempt,
+                    a.get_outcome_display(),
+                    a.worker_id,
+                    date_format(timezone.localtime(a.claimed_at), "DATETIME_FORMAT") if a.claimed_at else "-",
+                    date_format(timezone.localtime(a.finished_at), "DATETIME_FORMAT"),
+                    error_summary(a.error, 200),
+                )
+                for a in attempts
+            ),
+        )
+        head = format_html(
+            "<tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
+            _("attempt"),
+            _("outcome"),
+            _("worker"),
+            _("claimed"),
+            _("finished"),
+            _("error"),
+        )
+        return format_html('<table class="dbqueue-history">{}{}</table>', head, rows)
 
     # -- permissions ---------------------------------------------------------------------
 

@@ -2,8 +2,10 @@
 
 Every statement is bounded, so the dashboard stays fast on a table of many millions of rows:
 counts per state stop at ``exact_limit`` (then the planner's estimate is shown, marked "≈"),
-and the "last hour" numbers are read only through an index on ``(queue_state,
-queue_finished_at)`` once the table is big (without one they would scan every finished row).
+and the "last hour" numbers come from the attempt history (indexed by ``finished_at``) or,
+when a model keeps no history, from the queue table only through an index on
+``(queue_state, queue_finished_at)`` once the table is big (without one they would scan every
+finished row).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from django.db import connections, router
 from django.db.models import Count, Min
 from django.utils import timezone
 
+from .history import AttemptOutcome, QueueAttempt, history_enabled
 from .pagination import plan_row_estimate, table_row_estimate
 from .query import DbNow, db_now_plus
 from .states import QueueState
@@ -48,13 +51,29 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int = EXACT_L
         "oldest_ready_age": (timezone.now() - oldest) if oldest else None,
         "succeeded_last_hour": None,
         "failed_last_hour": None,
+        "retried_last_hour": None,
         "finished_index": FINISHED_INDEX,
     }
-    if size is None or size <= SCAN_LIMIT or has_index(model, using, FINISHED_INDEX):
+    hour_ago = db_now_plus(timedelta(hours=-1))
+    if history_enabled(model):
+        # The attempt history has an index on finished_at: the last hour's outcomes are read
+        # without touching the queue table.
+        hour = dict(
+            QueueAttempt.objects.using(using)
+            .filter(model=model._meta.label, finished_at__gte=hour_ago)
+            .order_by()
+            .values_list("outcome")
+            .annotate(n=Count("pk"))
+            .values_list("outcome", "n")
+        )
+        stats["succeeded_last_hour"] = hour.get(AttemptOutcome.SUCCEEDED, 0)
+        stats["failed_last_hour"] = hour.get(AttemptOutcome.FAILED, 0)
+        stats["retried_last_hour"] = hour.get(AttemptOutcome.RETRIED, 0)
+    elif size is None or size <= SCAN_LIMIT or has_index(model, using, FINISHED_INDEX):
         hour = dict(
             qs.filter(
                 queue_state__in=(QueueState.SUCCEEDED, QueueState.FAILED),
-                queue_finished_at__gte=db_now_plus(timedelta(hours=-1)),
+                queue_finished_at__gte=hour_ago,
             )
             .values_list("queue_state")
             .annotate(n=Count("pk"))

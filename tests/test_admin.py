@@ -11,13 +11,14 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.contrib.messages.storage.cookie import CookieStorage
 from django.db import connection
-from django.test import Client, RequestFactory
+from django.test import Client, RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from django_dbqueue import pagination, stats
 from django_dbqueue.admin import describe_queue_state, error_summary
+from django_dbqueue.history import AttemptOutcome, QueueAttempt
 from django_dbqueue.states import QueueState
 from tests.testapp.models import Job, Ticket
 
@@ -395,19 +396,63 @@ def test_editing_a_running_row_keeps_the_claim(admin_client: Client, rows: dict[
 # -- dashboard -------------------------------------------------------------------------------
 
 
-def test_dashboard_counts(admin_client: Client, rows: dict[str, int]) -> None:
-    Ticket.objects.filter(pk=rows["succeeded"]).update(
-        queue_finished_at=timezone.now() - timedelta(minutes=5)
+def attempt(pk: int, n: int, outcome: str, minutes_ago: float, error: str = "") -> QueueAttempt:
+    finished = timezone.now() - timedelta(minutes=minutes_ago)
+    return QueueAttempt.objects.create(
+        model="testapp.Ticket",
+        object_id=str(pk),
+        attempt=n,
+        worker_id="host:1",
+        claimed_at=finished - timedelta(seconds=2),
+        finished_at=finished,
+        outcome=outcome,
+        error=error,
     )
+
+
+def test_dashboard_counts(admin_client: Client, rows: dict[str, int]) -> None:
+    attempt(rows["succeeded"], 1, AttemptOutcome.SUCCEEDED, 5)
+    attempt(rows["retrying"], 1, AttemptOutcome.RETRIED, 20, TRACEBACK)
+    attempt(rows["retrying"], 2, AttemptOutcome.RETRIED, 10, TRACEBACK)
+    attempt(rows["failed"], 3, AttemptOutcome.FAILED, 60 * 24 * 2, "gave up")
     response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
     assert response.status_code == 200
     stats = response.context["stats"]
     counts = {state: n for state, _label, n, _estimated in stats["counts"]}
     assert counts == {"idle": 1, "ready": 3, "running": 1, "succeeded": 1, "failed": 1, "cancelled": 1}
     assert stats["total"] == 8
-    assert (stats["succeeded_last_hour"], stats["failed_last_hour"]) == (1, 0)
+    # from the attempt history
+    assert (stats["succeeded_last_hour"], stats["failed_last_hour"], stats["retried_last_hour"]) == (1, 0, 2)
     assert stats["workers"] == [("host:1", 1)] and stats["people"] == []
     assert timedelta(minutes=59) < stats["oldest_ready_age"] < timedelta(hours=2)
+
+
+@override_settings(DBQUEUE_HISTORY=False)
+def test_dashboard_without_history_reads_finished_at(admin_client: Client, rows: dict[str, int]) -> None:
+    Ticket.objects.filter(pk=rows["succeeded"]).update(
+        queue_finished_at=timezone.now() - timedelta(minutes=5)
+    )
+    Ticket.objects.filter(pk=rows["failed"]).update(queue_finished_at=timezone.now() - timedelta(minutes=50))
+    response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
+    stats = response.context["stats"]
+    assert (stats["succeeded_last_hour"], stats["failed_last_hour"], stats["retried_last_hour"]) == (
+        1,
+        1,
+        None,
+    )
+
+
+def test_change_form_shows_the_attempt_history(admin_client: Client, rows: dict[str, int]) -> None:
+    attempt(rows["retrying"], 1, AttemptOutcome.RETRIED, 20, TRACEBACK)
+    attempt(
+        rows["retrying"], 2, AttemptOutcome.RETRIED, 10, "Traceback (most recent call last):\nKeyError: 'sku'"
+    )
+    attempt(rows["ready"], 1, AttemptOutcome.SUCCEEDED, 10)
+    html = admin_client.get(reverse("admin:testapp_ticket_change", args=[rows["retrying"]])).content.decode()
+    assert 'class="dbqueue-history"' in html
+    assert html.count("Failed, retried later") == 2 and "Succeeded" not in html.split("dbqueue-history")[1]
+    history = html.split('class="dbqueue-history"')[1]
+    assert history.index("KeyError: &#x27;sku&#x27;") < history.index("ValueError: boom 42")  # newest first
 
 
 def test_dashboard_stays_bounded_on_big_tables(
@@ -417,10 +462,13 @@ def test_dashboard_stays_bounded_on_big_tables(
     big = stats.queue_stats(Ticket, exact_limit=2)
     ready = next(c for c in big["counts"] if c[0] == "ready")
     assert ready[2] >= 3 and ready[3] is True and big["total_estimated"]
-    # without an index on (queue_state, queue_finished_at) the "last hour" scan is skipped
+    assert big["succeeded_last_hour"] == 0  # from the attempt history, at any size
+    # without history and without an index on (queue_state, queue_finished_at) the "last
+    # hour" scan of the queue table is skipped
     assert not stats.has_index(Ticket, "default", stats.FINISHED_INDEX)
-    assert big["succeeded_last_hour"] is None
-    response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
+    with override_settings(DBQUEUE_HISTORY=False):
+        assert stats.queue_stats(Ticket)["succeeded_last_hour"] is None
+        response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
     assert b"add an index on (queue_state, queue_finished_at)" in response.content
     assert stats.has_index(Ticket, "default", ("queue_state",))  # the claim index
 
