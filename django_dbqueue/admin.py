@@ -18,12 +18,9 @@ Everything is configured by ``dbqueue_*`` class attributes; see docs/admin.md.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from django import forms
-from django.contrib import admin, messages
-from django.contrib.admin import helpers
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import HttpRequest, HttpResponse
@@ -37,14 +34,19 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from rangefilter.filters import DateTimeRangeFilter, NumericRangeFilter
 
+from .admin_actions import ActionsAdminMixin
 from .admin_people import PeopleAdminMixin
 from .history import QueueAttempt, history_enabled
+from .messages import ArchivedMessage, Message
 from .models import QUEUE_FIELDS
 from .pagination import EstimatedCountPaginator
-from .query import QueueQuerySet, QueueQuerySetMixin
 from .states import QueueState
+from .task_records import TaskRecord
 
 __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_summary"]
+
+# The app's own models (Message, TaskRecord, QueueAttempt, ArchivedMessage) are registered at
+# the end of this module.
 
 
 class HasErrorFilter(admin.SimpleListFilter):
@@ -96,42 +98,7 @@ def error_summary(text: str, length: int = 120) -> str:
     return Truncator(line.strip()).chars(length)
 
 
-class PriorityForm(forms.Form):
-    priority = forms.IntegerField(
-        label=_("New priority"), min_value=-(2**31), max_value=2**31 - 1, help_text=_("Higher runs first.")
-    )
-
-
-class RescheduleForm(forms.Form):
-    UNITS = (("minutes", _("minutes")), ("hours", _("hours")), ("days", _("days")))
-
-    run_at = forms.DateTimeField(
-        label=_("Run at"),
-        required=False,
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-        help_text=_("A date and time (server time zone) …"),
-    )
-    delay = forms.IntegerField(label=_("… or in"), required=False, min_value=0)
-    unit = forms.ChoiceField(label=_("unit"), choices=UNITS, initial="minutes", required=False)
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        if (data.get("run_at") is None) == (data.get("delay") is None):
-            raise forms.ValidationError(_("Give either a date and time or a delay, not both."))
-        return data
-
-    def target(self) -> Any:
-        """A datetime or a timedelta (the delay counts from the database's clock)."""
-        if self.cleaned_data.get("run_at") is not None:
-            return self.cleaned_data["run_at"]
-        return timedelta(**{self.cleaned_data.get("unit") or "minutes": self.cleaned_data["delay"]})
-
-
-class ConfirmForm(forms.Form):
-    pass
-
-
-class QueueAdminMixin(PeopleAdminMixin):
+class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
     """Mix into a ``ModelAdmin`` of a ``QueueMixin`` model (before ``admin.ModelAdmin``)."""
 
     #: Columns added after the model admin's own ``list_display``.
@@ -173,7 +140,6 @@ class QueueAdminMixin(PeopleAdminMixin):
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
     change_list_template = "admin/django_dbqueue/change_list.html"
-    dbqueue_action_template = "admin/django_dbqueue/action_form.html"
     dbqueue_dashboard_template = "admin/django_dbqueue/dashboard.html"
 
     def __init__(self, model: type[models.Model], admin_site: admin.AdminSite) -> None:
@@ -309,186 +275,6 @@ class QueueAdminMixin(PeopleAdminMixin):
             context["my_count"] = self.dbqueue_my_items(request).count()
         return context
 
-    # -- bulk actions --------------------------------------------------------------------
-
-    def dbqueue_queryset(self, queryset: models.QuerySet) -> QueueQuerySet:
-        """The changelist's (filtered) queryset as a queue QuerySet, whatever manager the
-        model has; unordered, so an UPDATE is a plain ``UPDATE … WHERE``."""
-        if not isinstance(queryset, QueueQuerySetMixin):
-            queryset = QueueQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset._db)
-        return queryset.select_related(None).order_by()
-
-    def _dbqueue_check(self, request: HttpRequest, permission: str = "dbqueue") -> None:
-        if not getattr(self, f"has_{permission}_permission")(request):
-            raise PermissionDenied
-
-    def dbqueue_report(
-        self, request: HttpRequest, qs: QueueQuerySet, changed: int, done: str, applies_to: str
-    ) -> None:
-        """Tell the user what changed and what was skipped (RUNNING rows are named)."""
-        names = self.opts.verbose_name_plural
-        across = request.POST.get("select_across") == "1"
-        if across:
-            text = _("%(done)s %(n)d %(names)s matching the filter.") % {
-                "done": done,
-                "n": changed,
-                "names": names,
-            }
-        else:
-            selected = len(set(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
-            text = _("%(done)s %(n)d of %(sel)d selected %(names)s.") % {
-                "done": done,
-                "n": changed,
-                "sel": selected,
-                "names": names,
-            }
-        skipped = None if across else selected - changed
-        if across or skipped:
-            # RUNNING rows were never changed, so counting them after the UPDATE is exact.
-            running = qs.filter(queue_state=QueueState.RUNNING).count()
-            parts = []
-            if running:
-                parts.append(
-                    ngettext(
-                        "%d running row was left to its worker",
-                        "%d running rows were left to their workers",
-                        running,
-                    )
-                    % running
-                )
-            others = None if across else skipped - running
-            if others:
-                parts.append(
-                    ngettext(
-                        "%(n)d row not %(applies)s was left unchanged",
-                        "%(n)d rows not %(applies)s were left unchanged",
-                        others,
-                    )
-                    % {"n": others, "applies": applies_to}
-                )
-            if parts:
-                text = f"{text} {_('Skipped')}: {'; '.join(parts)}."
-            if across:
-                text = f"{text} " + _("Rows not %(applies)s, if any, were left unchanged.") % {
-                    "applies": applies_to
-                }
-        self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
-
-    def dbqueue_form_step(
-        self,
-        request: HttpRequest,
-        queryset: models.QuerySet,
-        form_class: type[forms.Form],
-        title: str,
-        intro: str,
-        submit: str,
-    ) -> forms.Form | HttpResponse:
-        """The intermediate page of an action: the bound, valid form, or the page to show."""
-        form = form_class(request.POST if "dbqueue_apply" in request.POST else None)
-        if form.is_bound and form.is_valid():
-            return form
-        across = request.POST.get("select_across") == "1"
-        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "intro": intro,
-            "submit": submit,
-            "form": form,
-            "opts": self.opts,
-            "action": request.POST.get("action", ""),
-            "selected": selected,
-            "select_across": "1" if across else "0",
-            "count": None if across else len(set(selected)),
-            "media": self.media + form.media,
-        }
-        return TemplateResponse(request, self.dbqueue_action_template, context)
-
-    @admin.action(description=_("Retry now"), permissions=["dbqueue"])
-    def dbqueue_retry_now(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        self._dbqueue_check(request)
-        qs = self.dbqueue_queryset(queryset)
-        changed = qs.retry_now()
-        self.dbqueue_report(request, qs, changed, _("Made due now:"), _("ready or failed"))
-
-    @admin.action(description=_("Change priority…"), permissions=["dbqueue"])
-    def dbqueue_reprioritize(self, request: HttpRequest, queryset: models.QuerySet) -> Any:
-        self._dbqueue_check(request)
-        step = self.dbqueue_form_step(
-            request,
-            queryset,
-            PriorityForm,
-            _("Change priority"),
-            _("Set the priority of the selected items (running items keep theirs)."),
-            _("Set priority"),
-        )
-        if isinstance(step, HttpResponse):
-            return step
-        qs = self.dbqueue_queryset(queryset)
-        priority = step.cleaned_data["priority"]
-        changed = qs.reprioritize(priority)
-        self.dbqueue_report(
-            request, qs, changed, _("Set priority %d on") % priority, _("idle, waiting or finished")
-        )
-        return None
-
-    @admin.action(description=_("Reschedule…"), permissions=["dbqueue"])
-    def dbqueue_reschedule(self, request: HttpRequest, queryset: models.QuerySet) -> Any:
-        self._dbqueue_check(request)
-        step = self.dbqueue_form_step(
-            request,
-            queryset,
-            RescheduleForm,
-            _("Reschedule"),
-            _("Move the selected ready items to a date, or by a delay from now."),
-            _("Reschedule"),
-        )
-        if isinstance(step, HttpResponse):
-            return step
-        qs = self.dbqueue_queryset(queryset)
-        changed = qs.reschedule(step.target())
-        self.dbqueue_report(request, qs, changed, _("Rescheduled"), _("ready"))
-        return None
-
-    @admin.action(description=_("Cancel"), permissions=["dbqueue"])
-    def dbqueue_cancel(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        self._dbqueue_check(request)
-        qs = self.dbqueue_queryset(queryset)
-        changed = qs.cancel()
-        self.dbqueue_report(request, qs, changed, _("Cancelled"), _("ready or idle"))
-
-    @admin.action(
-        description=_("Enqueue again (finished, failed, cancelled or idle)"), permissions=["dbqueue"]
-    )
-    def dbqueue_enqueue_again(self, request: HttpRequest, queryset: models.QuerySet) -> None:
-        self._dbqueue_check(request)
-        qs = self.dbqueue_queryset(queryset)
-        done = [QueueState.SUCCEEDED, QueueState.FAILED, QueueState.CANCELLED, QueueState.IDLE]
-        changed = qs.filter(queue_state__in=done).enqueue()
-        self.dbqueue_report(
-            request, qs, changed, _("Enqueued again"), _("finished, failed, cancelled or idle")
-        )
-
-    @admin.action(description=_("Delete (skips running items)…"), permissions=["delete"])
-    def dbqueue_delete(self, request: HttpRequest, queryset: models.QuerySet) -> Any:
-        self._dbqueue_check(request, "delete")
-        step = self.dbqueue_form_step(
-            request,
-            queryset,
-            ConfirmForm,
-            _("Delete"),
-            _("Delete the selected items for good? Running items are kept."),
-            _("Yes, delete"),
-        )
-        if isinstance(step, HttpResponse):
-            return step
-        qs = self.dbqueue_queryset(queryset)
-        # One DELETE when nothing cascades and no delete signal listens (Django's fast delete).
-        changed, _per_model = qs.exclude(queue_state=QueueState.RUNNING).delete()
-        changed = _per_model.get(self.opts.label, changed)
-        self.dbqueue_report(request, qs, changed, _("Deleted"), _("deletable"))
-        return None
-
     # -- dashboard -----------------------------------------------------------------------
 
     def get_urls(self) -> list[Any]:
@@ -513,3 +299,61 @@ class QueueAdminMixin(PeopleAdminMixin):
             "dbqueue": self.dbqueue_changelist_context(request),
         }
         return TemplateResponse(request, self.dbqueue_dashboard_template, context)
+
+
+# -- the app's own models ---------------------------------------------------------------------
+# Registered on the default admin site, like any app's admin.py; unregister them
+# (``admin.site.unregister(Message)``) to hide them. No list filter here reads distinct
+# values from the table (that is a scan at millions of rows): search by kind, key or queue.
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    show_facets = admin.ShowFacets.NEVER
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Message)
+class MessageAdmin(QueueAdminMixin, admin.ModelAdmin):
+    list_display = ("__str__", "queue", "kind", "key")
+    search_fields = ("=kind", "=key", "=queue")
+
+
+@admin.register(TaskRecord)
+class TaskRecordAdmin(QueueAdminMixin, admin.ModelAdmin):
+    list_display = ("__str__", "queue", "backend")
+    search_fields = ("=task_path", "=queue", "=id")
+    readonly_fields = ("return_value", "errors", "worker_ids", "started_at")
+
+
+@admin.register(QueueAttempt)
+class QueueAttemptAdmin(ReadOnlyAdmin):
+    list_display = (
+        "model",
+        "object_id",
+        "attempt",
+        "outcome",
+        "worker_id",
+        "claimed_at",
+        "finished_at",
+        "error_line",
+    )
+    list_filter = ("outcome", ("finished_at", DateTimeRangeFilter))
+    search_fields = ("=model", "=object_id", "=worker_id")
+
+    @admin.display(description=_("error"))
+    def error_line(self, obj: QueueAttempt) -> str:
+        return error_summary(obj.error)
+
+
+@admin.register(ArchivedMessage)
+class ArchivedMessageAdmin(ReadOnlyAdmin):
+    list_display = ("original_id", "kind", "key", "queue", "state", "attempts", "finished_at", "archived_at")
+    list_filter = ("state", ("finished_at", DateTimeRangeFilter))
+    search_fields = ("=kind", "=key", "=original_id")

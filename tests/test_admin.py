@@ -584,3 +584,20 @@ def test_the_mixin_works_on_a_model_with_a_plain_manager(admin_client: Client) -
     assert admin_client.get(url).status_code == 200
     admin_client.post(url, {"action": "dbqueue_cancel", "_selected_action": [str(job.pk)], "index": "0"})
     assert Job.objects.get(pk=job.pk).queue_state == QueueState.CANCELLED
+
+
+def test_the_apps_own_models_have_admins(admin_client: Client) -> None:
+    from django_dbqueue.messages import Message
+
+    published = Message.objects.publish("email.send", {"to": "a@example.com"}, key="welcome:1")
+    message = Message.objects.get(kind="email.send")
+    url = reverse("admin:django_dbqueue_message_changelist")
+    response = admin_client.get(url, {"q": "email.send"})
+    assert response.status_code == 200 and [m.pk for m in response.context["cl"].result_list] == [message.pk]
+    admin_client.post(url, {"action": "dbqueue_cancel", "_selected_action": [str(message.pk)], "index": "0"})
+    assert Message.objects.get(pk=message.pk).queue_state == QueueState.CANCELLED
+    attempt(message.pk, 1, AttemptOutcome.SUCCEEDED, 1)
+    for name in ("queueattempt", "archivedmessage", "taskrecord"):
+        assert admin_client.get(reverse(f"admin:django_dbqueue_{name}_changelist")).status_code == 200
+    assert admin_client.get(reverse("admin:django_dbqueue_queueattempt_add")).status_code == 403
+    assert published is not None
