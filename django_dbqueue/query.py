@@ -410,6 +410,9 @@ class QueueQuerySetMixin:
         transaction); return the ids actually written (those still ours)."""
         if not rows:
             return set()
+        return retry_on_lock_errors(self.db, lambda: self._record_successes_once(rows, claim), "outcome")
+
+    def _record_successes_once(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
         ids = [row.pk for row in rows]
         finished_at = claim.now()
         with transaction.atomic(using=self.db, savepoint=False):
@@ -460,11 +463,15 @@ class QueueQuerySetMixin:
                 queue_state=QueueState.READY, queue_run_at=retry_at, queue_token=None, queue_locked_by=None
             )
         outcome = AttemptOutcome.FAILED if retry_at is None else AttemptOutcome.RETRIED
-        with transaction.atomic(using=self.db, savepoint=False):
-            if self._fenced([row.pk], claim.token).update(**values) != 1:
-                return False
-            write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
-        return True
+
+        def write() -> bool:
+            with transaction.atomic(using=self.db, savepoint=False):
+                if self._fenced([row.pk], claim.token).update(**values) != 1:
+                    return False
+                write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
+            return True
+
+        return retry_on_lock_errors(self.db, write, "outcome")
 
     def _record_release(self, ids: Sequence[Any], claim: Claim) -> int:
         """Give rows back unprocessed: READY again, the claim's attempt not counted."""

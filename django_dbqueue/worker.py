@@ -38,7 +38,7 @@ from . import signals
 from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes
-from .query import Claim, as_timedelta, default_worker_id
+from .query import Claim, as_timedelta, default_worker_id, is_transient_lock_error
 
 logger = logging.getLogger("django_dbqueue.worker")
 
@@ -272,12 +272,14 @@ class Worker:
             # One job per transaction needs no savepoint: if it fails, the whole transaction
             # rolls back and the failure is recorded right after (the row is still ours).
             single = len(chunk) == 1
+            lost_ids: set[Any] = set()
             try:
                 with transaction.atomic(using=using):
                     held = model.queue_queryset(using)._lock_held([r.pk for r in chunk], claim)
                     for row in chunk:
                         if row.pk not in held:
                             self._lost(row, claim)
+                            lost_ids.add(row.pk)
                             continue
                         savepoint = None if single else transaction.savepoint(using=using)
                         error = self._call(row, claim)
@@ -292,16 +294,24 @@ class Worker:
                             transaction.set_rollback(True, using=using)
                             failed.append((row, error))
                     lost = record_successes(model, done, claim)
-                    self.stats.succeeded += len(done) - len(lost)
-                    self.stats.lost += len(lost)
-            except (OperationalError, InterfaceError):
-                raise  # the database is gone: nothing committed, leases bring the rows back
+            except OperationalError as exc:
+                if not is_transient_lock_error(exc, using):
+                    raise  # the database is gone: nothing committed, leases bring the rows back
+                # A deadlock or lock-wait timeout in a handler's writes: the group rolled back;
+                # a failed attempt each, retried by the policy.
+                logger.warning("worker %s: atomic group of %s hit %s", self.worker_id, model._meta.label, exc)
+                failed = [(row, exc) for row in chunk if row.pk not in lost_ids]
+            except InterfaceError:
+                raise
             except DatabaseError as exc:
-                # e.g. a deadlock in a handler's own writes: the whole group rolled back.
+                # e.g. a deferred constraint failing at commit: the whole group rolled back.
                 logger.warning(
                     "worker %s: atomic group of %s rolled back: %s", self.worker_id, model._meta.label, exc
                 )
-                failed = [(row, exc) for row in chunk]
+                failed = [(row, exc) for row in chunk if row.pk not in lost_ids]
+            else:
+                self.stats.succeeded += len(done) - len(lost)
+                self.stats.lost += len(lost)
             for row, error in failed:
                 self._fail(row, error, claim)
 
