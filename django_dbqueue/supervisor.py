@@ -240,8 +240,12 @@ class _Progress:
         # on a screen with no rows: fall back to 100x24.
         size = shutil.get_terminal_size((100, 24))
         self.bar = tqdm(
-            total=self.start, unit="job", file=stdout, desc="draining",
-            ncols=min(size.columns or 100, 120), nrows=size.lines or 24,
+            total=self.start,
+            unit="job",
+            file=stdout,
+            desc="draining",
+            ncols=min(size.columns or 100, 120),
+            nrows=size.lines or 24,
         )
         connections.close_all()
 

@@ -34,7 +34,7 @@ from django.db import (
     transaction,
 )
 
-from . import signals
+from . import registry, signals
 from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes
@@ -108,6 +108,7 @@ class Worker:
         self._fatal: BaseException | None = None
         self._next_rescue = 0.0
         self._alarm_installed = False
+        self._registry_db: str | None = None
 
     # -- public control --------------------------------------------------------------------
 
@@ -129,6 +130,8 @@ class Worker:
         self._keeper.start()
         try:
             check_tables(self.models, self.database)
+            self._registry_db = self.db_for(self.models[0])
+            registry.register(self.worker_id, self.models, self._registry_db)
             logger.info(
                 "worker %s consuming %s (batch %d%s)",
                 self.worker_id,
@@ -141,6 +144,8 @@ class Worker:
             self._keeper.stop()
             if restore:
                 restore()
+            if self._registry_db:
+                registry.unregister(self.worker_id, self._registry_db)
             connections.close_all()
         if self._fatal is not None:
             logger.error("worker %s stopped: a handler raised %r", self.worker_id, self._fatal)
@@ -463,10 +468,18 @@ class _LeaseKeeper:
 
     def _run(self) -> None:
         next_renewal: dict[int, float] = {}
+        next_heartbeat = time.monotonic() + settings.HEARTBEAT_INTERVAL
         try:
             while not self._stop.wait(0.1):
                 self._watch_timeout()
                 now = time.monotonic()
+                if now >= next_heartbeat and self.worker._registry_db:
+                    next_heartbeat = now + settings.HEARTBEAT_INTERVAL
+                    try:
+                        registry.heartbeat(self.worker.worker_id, self.worker._registry_db)
+                    except DatabaseError as exc:
+                        logger.warning("heartbeat of %s failed: %s", self.worker.worker_id, exc)
+                        self.worker._close_connections()
                 with self._lock:
                     held = [(m, c, list(ids)) for m, c, ids in self._held.values() if ids]
                 for model, claim, ids in held:

@@ -180,3 +180,25 @@ def test_worker_refuses_a_missing_table() -> None:
     finally:
         with connection.schema_editor() as editor:
             editor.create_model(Ledger)
+
+
+def test_workers_register_beat_and_leave(settings) -> None:
+    from django_dbqueue.registry import WorkerProcess
+
+    settings.DBQUEUE_HEARTBEAT_INTERVAL = 0.2
+    Job.objects.bulk_create([Job(name=str(i), sleep=0.1) for i in range(8)])
+    worker = Worker(models=[Job], batch_size=2, handle_signals=False, worker_id="beat-1")
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert wait_until(lambda: WorkerProcess.objects.filter(worker_id="beat-1").exists(), timeout=10)
+        first = WorkerProcess.objects.get(worker_id="beat-1").last_seen_at
+        assert wait_until(
+            lambda: WorkerProcess.objects.get(worker_id="beat-1").last_seen_at > first, timeout=10
+        )
+        assert list(WorkerProcess.objects.alive().values_list("worker_id", flat=True)) == ["beat-1"]
+        assert WorkerProcess.objects.get().queue_models == "testapp.Job"
+    finally:
+        worker.stop()
+        thread.join(timeout=20)
+    assert not WorkerProcess.objects.exists()  # a clean exit removes it
