@@ -1,6 +1,7 @@
-"""What the queue's management commands share: argument validators and a base command
-whose bad arguments are a CommandError (exit code 1, a clear message, no traceback), also
-when the command is called from code through ``call_command()``."""
+"""Argument validators (argparse ``type=``) shared by the queue's management commands.
+
+A value they refuse is reported by Django's parser: usage and the error on the command line
+(exit code 2), a CommandError from ``call_command()``."""
 
 from __future__ import annotations
 
@@ -9,17 +10,8 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
-
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-class QueueCommand(BaseCommand):
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.called_from_command_line = False
-        return parser
 
 
 def whole_number(low: int = 1, high: int | None = None) -> Any:

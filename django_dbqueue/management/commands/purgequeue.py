@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 from django.apps import apps
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router, transaction
 
 from django_dbqueue.history import QueueAttempt
-from django_dbqueue.management.arguments import QueueCommand, duration, whole_number
+from django_dbqueue.management.arguments import duration, whole_number
 from django_dbqueue.messages import ArchivedMessage, Message
 from django_dbqueue.query import db_now_plus
 from django_dbqueue.states import QueueState
@@ -22,7 +22,7 @@ OWNED = (Message, TaskRecord)
 batch_size = whole_number(1, 100_000)
 
 
-class Command(QueueCommand):
+class Command(BaseCommand):
     help = (
         "Delete finished Message/TaskRecord rows older than --older-than, and QueueAttempt "
         "history older than --attempts-older-than, in bounded batches."

@@ -10,12 +10,12 @@ from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_dbqueue.conf import settings
 from django_dbqueue.handlers import NAME
-from django_dbqueue.management.arguments import QueueCommand, positive_seconds, whole_number
+from django_dbqueue.management.arguments import positive_seconds, whole_number
 from django_dbqueue.models import QueueMixin, queue_models
 from django_dbqueue.supervisor import Supervisor
 from django_dbqueue.worker import has_queue_column
@@ -58,7 +58,7 @@ def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
     return resolved
 
 
-class Command(QueueCommand):
+class Command(BaseCommand):
     help = "Process queued rows of QueueMixin models until stopped (or drained, with --burst)."
 
     def add_arguments(self, parser: CommandParser) -> None:
