@@ -35,6 +35,7 @@ from django.utils import timezone
 from .conf import settings
 from .history import AttemptOutcome, attempt_for, write_attempts
 from .states import QueueState
+from .wakeup import notify
 
 if TYPE_CHECKING:
     from .models import QueueMixin
@@ -283,7 +284,12 @@ class QueueQuerySetMixin:
         }
         if priority is not None:
             values["queue_priority"] = _check_priority(priority)
-        return self.exclude(queue_state=QueueState.RUNNING).update(**values)
+        return self._notified(self.exclude(queue_state=QueueState.RUNNING).update(**values))
+
+    def _notified(self, count: int) -> int:
+        if count:
+            notify(self.db, [self.model._meta.db_table])
+        return count
 
     def retry_now(self) -> int:
         """READY rows (waiting for a retry or a date) and FAILED rows become due now.
@@ -291,15 +297,17 @@ class QueueQuerySetMixin:
         A FAILED row starts over with a fresh attempt budget; a READY row keeps its count."""
         # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
         # CASE placed after `queue_state = 'ready'` would see the new state.
-        return self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
-            queue_attempts=Case(
-                When(queue_state=QueueState.FAILED, then=Value(0)),
-                default=F("queue_attempts"),
-                output_field=models.PositiveIntegerField(),
-            ),
-            queue_state=QueueState.READY,
-            queue_run_at=DbNow(),
-            queue_finished_at=None,
+        return self._notified(
+            self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
+                queue_attempts=Case(
+                    When(queue_state=QueueState.FAILED, then=Value(0)),
+                    default=F("queue_attempts"),
+                    output_field=models.PositiveIntegerField(),
+                ),
+                queue_state=QueueState.READY,
+                queue_run_at=DbNow(),
+                queue_finished_at=None,
+            )
         )
 
     def reprioritize(self, priority: int) -> int:

@@ -39,6 +39,7 @@ from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes
 from .query import Claim, as_timedelta, default_worker_id, is_transient_lock_error
+from .wakeup import Listener
 
 logger = logging.getLogger("django_dbqueue.worker")
 
@@ -103,6 +104,9 @@ class Worker:
         self.parent_pid = parent_pid
         self.stats = WorkerStats()
         self._stopping = threading.Event()
+        # Set by stop() and, on PostgreSQL, by a NOTIFY for one of our tables.
+        self._wake = threading.Event()
+        self._listener: Listener | None = None
         self._keeper = _LeaseKeeper(self)
         self._current: _Running | None = None
         self._fatal: BaseException | None = None
@@ -115,6 +119,7 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; the running job finishes, unstarted claimed rows are given back."""
         self._stopping.set()
+        self._wake.set()
 
     @property
     def stopping(self) -> bool:
@@ -132,6 +137,7 @@ class Worker:
             check_tables(self.models, self.database)
             self._registry_db = self.db_for(self.models[0])
             registry.register(self.worker_id, self.models, self._registry_db)
+            self._start_listener()
             logger.info(
                 "worker %s consuming %s (batch %d%s)",
                 self.worker_id,
@@ -142,6 +148,8 @@ class Worker:
             self._loop()
         finally:
             self._keeper.stop()
+            if self._listener is not None:
+                self._listener.stop()
             if restore:
                 restore()
             if self._registry_db:
@@ -198,8 +206,27 @@ class Worker:
                 continue
             if self.burst:
                 break
-            self._stopping.wait(idle_sleep)
-            idle_sleep = min(idle_sleep * 2, self.poll_interval)
+            if self._wake.wait(idle_sleep):
+                self._wake.clear()
+                idle_sleep = self._min_sleep()
+                busy = dict.fromkeys(self.models, True)
+                continue
+            idle_sleep = min(idle_sleep * 2, self._idle_ceiling())
+
+    def _idle_ceiling(self) -> float:
+        # With LISTEN, notifications wake us; polling only catches what sends none (rows
+        # that come due later, bulk_create): a slower safety net costs the database less.
+        listening = self._listener is not None and self._listener.listening.is_set()
+        return max(self.poll_interval, 1.0) if listening else self.poll_interval
+
+    def _start_listener(self) -> None:
+        databases = {self.db_for(model) for model in self.models}
+        if self.burst or len(databases) != 1:
+            return
+        [using] = databases
+        if Listener.supported(using):
+            self._listener = Listener(using, [m._meta.db_table for m in self.models], self._wake)
+            self._listener.start()
 
     def _min_sleep(self) -> float:
         return max(self.poll_interval / 8, 0.005)

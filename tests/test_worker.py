@@ -202,3 +202,30 @@ def test_workers_register_beat_and_leave(settings) -> None:
         worker.stop()
         thread.join(timeout=20)
     assert not WorkerProcess.objects.exists()  # a clean exit removes it
+
+
+def test_postgresql_notify_wakes_an_idle_worker_at_once() -> None:
+    from django.db import connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; elsewhere idle workers poll")
+    worker = Worker(models=[Job], handle_signals=False, poll_interval=5)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert wait_until(
+            lambda: worker._listener is not None and worker._listener.listening.is_set(), timeout=10
+        )
+        time.sleep(1.5)  # idle: the worker now sleeps for seconds between polls
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Job.objects.create(name="rolled back")
+            raise RuntimeError  # a rolled-back enqueue must not swallow later wake-ups
+        started = time.monotonic()
+        job = Job.objects.create(name="wake up")
+        assert wait_until(lambda: Job.objects.get(pk=job.pk).queue_state == "succeeded", timeout=4)
+        pickup = time.monotonic() - started
+    finally:
+        worker.stop()
+        thread.join(timeout=20)
+    # Polling alone would take up to 5 s here.
+    assert pickup < 1.0, pickup
