@@ -258,7 +258,9 @@ def test_each_action_is_one_statement(
     queryset = Ticket.objects.filter(pk__in=selected)
     with CaptureQueriesContext(connection) as queries:
         getattr(model_admin, action)(request, queryset)
-    statements = [q["sql"] for q in queries.captured_queries]
+    # (On PostgreSQL, retry and enqueue also wake listening workers with a NOTIFY after
+    # the commit: a signal, not a statement over the rows.)
+    statements = [q["sql"] for q in queries.captured_queries if "pg_notify" not in q["sql"]]
     assert len(statements) == 1, statements
     verb = "DELETE" if action == "dbqueue_delete" else "UPDATE"
     assert statements[0].lstrip().upper().startswith(verb)
