@@ -48,7 +48,10 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int = EXACT_L
         "counts": counts,
         "total": sum(n for *_, n, _e in counts),
         "total_estimated": any(e for *_, e in counts),
-        "oldest_ready_age": (timezone.now() - oldest) if oldest else None,
+        # whole seconds: "0:02:12", not "0:02:12.858200"
+        "oldest_ready_age": timedelta(seconds=int((timezone.now() - oldest).total_seconds()))
+        if oldest
+        else None,
         "succeeded_last_hour": None,
         "failed_last_hour": None,
         "retried_last_hour": None,
