@@ -40,13 +40,14 @@ from .history import QueueAttempt, history_enabled
 from .messages import ArchivedMessage, Message
 from .models import QUEUE_FIELDS
 from .pagination import EstimatedCountPaginator
+from .registry import WorkerProcess
 from .states import QueueState
 from .task_records import TaskRecord
 
 __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_summary"]
 
-# The app's own models (Message, TaskRecord, QueueAttempt, ArchivedMessage) are registered at
-# the end of this module.
+# The app's own models (Message, TaskRecord, QueueAttempt, ArchivedMessage, WorkerProcess) are
+# registered at the end of this module.
 
 
 class HasErrorFilter(admin.SimpleListFilter):
@@ -357,3 +358,9 @@ class ArchivedMessageAdmin(ReadOnlyAdmin):
     list_display = ("original_id", "kind", "key", "queue", "state", "attempts", "finished_at", "archived_at")
     list_filter = ("state", ("finished_at", DateTimeRangeFilter))
     search_fields = ("=kind", "=key", "=original_id")
+
+
+@admin.register(WorkerProcess)
+class WorkerProcessAdmin(ReadOnlyAdmin):
+    list_display = ("worker_id", "hostname", "pid", "queue_models", "started_at", "last_seen_at")
+    search_fields = ("=hostname", "worker_id")

@@ -20,6 +20,7 @@ from django.utils import timezone
 from .history import AttemptOutcome, QueueAttempt, history_enabled
 from .pagination import plan_row_estimate, table_row_estimate
 from .query import DbNow, db_now_plus
+from .registry import WorkerProcess
 from .states import QueueState
 
 #: Counts above this are estimates.
@@ -90,8 +91,17 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int = EXACT_L
         .annotate(n=Count("pk"))
         .order_by("queue_locked_by")
     )
-    stats["workers"] = [(who, n) for who, n in holders if not (who or "").startswith("user:")]
-    stats["people"] = [(who[5:], n) for who, n in holders if (who or "").startswith("user:")]
+    held = {who or "": n for who, n in holders}
+    stats["people"] = [(who[5:], n) for who, n in held.items() if who.startswith("user:")]
+    # Live workers: those the registry saw within three heartbeats that consume this model,
+    # with the rows each holds, then lease holders the registry does not know (yet).
+    alive = [
+        w.worker_id
+        for w in WorkerProcess.objects.using(using).alive().order_by("worker_id")
+        if model._meta.label in w.queue_models.split(",")
+    ]
+    stats["workers"] = [(who, held.pop(who, 0)) for who in alive]
+    stats["workers"] += [(who, n) for who, n in held.items() if not who.startswith("user:")]
     return stats
 
 

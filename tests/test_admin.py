@@ -429,6 +429,28 @@ def test_dashboard_counts(admin_client: Client, rows: dict[str, int]) -> None:
     assert timedelta(minutes=59) < stats["oldest_ready_age"] < timedelta(hours=2)
 
 
+def test_dashboard_lists_live_workers_from_the_registry(admin_client: Client, rows: dict[str, int]) -> None:
+    from django_dbqueue import registry
+    from django_dbqueue.registry import WorkerProcess
+
+    registry.register("host:1", [Ticket], "default")
+    registry.register("host:2", [Ticket, Job], "default")
+    registry.register("host:3", [Job], "default")
+    WorkerProcess.objects.create(
+        worker_id="host:dead",
+        hostname="h",
+        pid=1,
+        queue_models="testapp.Ticket",
+        started_at=timezone.now() - timedelta(days=1),
+        last_seen_at=timezone.now() - timedelta(hours=1),
+    )
+    admin_client.post(reverse("admin:testapp_ticket_dbqueue_take") + "?customer=1", {"n": "1"})
+    stats = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard")).context["stats"]
+    assert stats["workers"] == [("host:1", 1), ("host:2", 0)]
+    assert stats["people"] == [("admin", 1)]
+    assert admin_client.get(reverse("admin:django_dbqueue_workerprocess_changelist")).status_code == 200
+
+
 @override_settings(DBQUEUE_HISTORY=False)
 def test_dashboard_without_history_reads_finished_at(admin_client: Client, rows: dict[str, int]) -> None:
     Ticket.objects.filter(pk=rows["succeeded"]).update(
