@@ -24,6 +24,8 @@ class Settings:
     MAX_ERROR_LENGTH: int = 20_000
     #: How often a claim is retried after a deadlock or lock-wait timeout.
     DEADLOCK_RETRIES: int = 5
+    #: The MariaDB Connector/J jar the Spark pipeline (``django_dbqueue.spark``) hands to Spark.
+    SPARK_JDBC_JAR: str = "/usr/share/java/mariadb-java-client.jar"
 
     def __getattribute__(self, name: str) -> Any:
         if name.isupper():
