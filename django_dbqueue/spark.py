@@ -810,9 +810,11 @@ def queue_report(
             .withColumn("job_failure_rate", sf.when(completed > 0, sf.col("failed") / completed))
             .orderBy("model")
         )
-        message = sf.substring(sf.trim(sf.element_at(sf.split(sf.trim(sf.col("error")), "\n"), -1)), 1, 300)
+        # The message is the last non-blank line of the stored traceback (trim() strips spaces only).
+        stripped = sf.regexp_replace(sf.col("error"), r"^\s+|\s+$", "")
+        message = sf.substring(sf.trim(sf.element_at(sf.split(stripped, "\n"), -1)), 1, 300)
         errors = (
-            h.where(sf.col("outcome").isin("failed", "retried", "lost") & (sf.trim(sf.col("error")) != ""))
+            h.where(sf.col("outcome").isin("failed", "retried", "lost") & (stripped != ""))
             .groupBy("model", message.alias("message"))
             .agg(sf.count(sf.lit(1)).alias("count"), sf.max("finished_at").alias("last_seen"))
         )
