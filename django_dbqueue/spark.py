@@ -717,7 +717,8 @@ def _split_percentiles(df: DataFrame, prefixes: Iterable[str]) -> DataFrame:
 
     for prefix in prefixes:
         for i, p in enumerate(PERCENTILES):
-            df = df.withColumn(f"{prefix}_p{round(p * 100)}", sf.col(f"{prefix}_pct")[i])
+            # Durations come from microseconds: more digits are interpolation noise.
+            df = df.withColumn(f"{prefix}_p{round(p * 100)}", sf.round(sf.col(f"{prefix}_pct")[i], 6))
         df = df.drop(f"{prefix}_pct")
     return df
 
@@ -784,17 +785,26 @@ def queue_report(
             ["wait_s", "run_s"],
         ).orderBy("model", "minute")
         counted = sf.col("attempts") - sf.col("released")
+        # Jobs per model from a per-job aggregate: countDistinct next to the percentiles would
+        # make Spark expand every row once per distinct aggregate (several times slower).
+        jobs = (
+            h.groupBy("model", "object_id")
+            .agg(sf.max("attempt").alias("job_attempts"))
+            .groupBy("model")
+            .agg(
+                sf.count(sf.lit(1)).alias("jobs"),
+                sf.sum((sf.col("job_attempts") > 1).cast("long")).alias("retried_jobs"),
+                sf.max("job_attempts").alias("max_attempt"),
+            )
+        )
         summary = _split_percentiles(
             h.groupBy("model").agg(
                 *_aggregates(sf),
-                sf.countDistinct("object_id").alias("jobs"),
-                sf.countDistinct(sf.when(sf.col("attempt") > 1, sf.col("object_id"))).alias("retried_jobs"),
-                sf.max("attempt").alias("max_attempt"),
                 sf.min("finished_at").alias("first_finished"),
                 sf.max("finished_at").alias("last_finished"),
             ),
             ["wait_s", "run_s"],
-        )
+        ).join(jobs, "model")
         span = sf.unix_seconds(sf.date_trunc("minute", "last_finished")) - sf.unix_seconds(
             sf.date_trunc("minute", "first_finished")
         )
@@ -835,13 +845,14 @@ def queue_report(
         for name, df in tables.items():
             say(f"writing {name}")
             path = out / "parquet" / name
-            df.write.mode("overwrite").parquet(str(path))  # local files: overwrite is fine here
-            files[f"{name}.parquet"] = path
-            rows = _collect_utc(spark.read.parquet(str(path)).orderBy(*_order(name)))
-            collected[name] = rows
-            files[f"{name}.csv"] = _write_csv(
-                out / f"{name}.csv", rows, spark.read.parquet(str(path)).columns
-            )
+            table = df.persist(StorageLevel.MEMORY_AND_DISK)  # small: computed once, written twice
+            try:
+                table.write.mode("overwrite").parquet(str(path))  # local files: overwrite is fine
+                files[f"{name}.parquet"] = path
+                collected[name] = _collect_utc(table)
+                files[f"{name}.csv"] = _write_csv(out / f"{name}.csv", collected[name], table.columns)
+            finally:
+                table.unpersist()
         files["throughput.png"], files["latency.png"] = _charts(out, collected["per_minute"])
         report = QueueReport(
             out=out,
@@ -855,12 +866,6 @@ def queue_report(
         h.unpersist()
     say(f"report written to {out} in {report.seconds:.1f}s")
     return report
-
-
-def _order(name: str) -> list[str]:
-    return {"summary": ["model"], "per_minute": ["model", "minute"], "top_errors": ["model", "rank"]}.get(
-        name, ["model", "attempt"]
-    )
 
 
 def _collect_utc(df: DataFrame) -> list[dict[str, Any]]:
