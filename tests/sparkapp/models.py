@@ -28,7 +28,9 @@ class Delivery(QueueMixin):
     subject = models.CharField(max_length=200)
 
     class Meta(QueueMixin.Meta):
-        constraints = [models.UniqueConstraint(fields=["campaign", "recipient"], name="sparkapp_delivery_key")]
+        constraints = [
+            models.UniqueConstraint(fields=["campaign", "recipient"], name="sparkapp_delivery_key")
+        ]
 
     def process(self) -> None:
         pass
