@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import django
 from django.apps import AppConfig
 
 
@@ -9,4 +10,11 @@ class DbQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.utils.module_loading import autodiscover_modules
+
         from . import checks, signal_handlers  # noqa: F401 - registers checks and receivers
+
+        # Message handlers live in each app's queue_handlers module.
+        autodiscover_modules("queue_handlers")
+        if django.VERSION >= (6, 0):  # django.tasks: connect the task signals' receivers
+            from . import tasks  # noqa: F401

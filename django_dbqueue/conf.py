@@ -24,6 +24,13 @@ class Settings:
     MAX_ERROR_LENGTH: int = 20_000
     #: How often a claim is retried after a deadlock or lock-wait timeout.
     DEADLOCK_RETRIES: int = 5
+    #: Write a QueueAttempt row for every attempt (a model's ``queue_history`` wins).
+    HISTORY: bool = True
+    #: Largest JSON payload (bytes) ``Message.objects.publish`` accepts.
+    MAX_PAYLOAD_BYTES: int = 1_000_000
+    #: Retry policy of ``django.tasks`` tasks run through django_dbqueue (None: the default
+    #: ``ExponentialBackoff()``).
+    TASK_RETRY: object = None
     #: The MariaDB Connector/J jar the Spark pipeline (``django_dbqueue.spark``) hands to Spark.
     SPARK_JDBC_JAR: str = "/usr/share/java/mariadb-java-client.jar"
 

@@ -33,6 +33,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from .conf import settings
+from .history import AttemptOutcome, attempt_for, write_attempts
 from .states import QueueState
 
 if TYPE_CHECKING:
@@ -178,17 +179,26 @@ class QueueQuerySetMixin:
             using, lambda: self._claim_once(limit, worker, lease_delta, using), "claim"
         )
 
+    def claim_candidates(self, limit: int) -> models.QuerySet:
+        """The locking SELECT of a claim (exposed so that it can be EXPLAINed)."""
+        order = CLAIM_ORDER
+        if connections[self.db].vendor != "mysql":
+            # InnoDB's secondary index ends with the primary key, so the pk tie-breaker is
+            # free there; elsewhere it would add a sort over every due row.
+            order = CLAIM_ORDER[:2]
+        return (
+            self.ready()
+            .annotate(_dbq_now=DbNow())
+            .order_by(*order)
+            .select_for_update(skip_locked=True)[:limit]
+        )
+
     def _claim_once(self, limit: int, worker_id: str, lease: timedelta, using: str) -> list[QueueMixin]:
         token = new_token()
         # During this transaction the selected rows are locked: keep it to one SELECT and
         # one UPDATE by primary key, and run no user code before it commits.
         with transaction.atomic(using=using):
-            rows = list(
-                self.ready()
-                .annotate(_dbq_now=DbNow())
-                .order_by(*CLAIM_ORDER)
-                .select_for_update(skip_locked=True)[:limit]
-            )
+            rows = list(self.claim_candidates(limit))
             if not rows:
                 return []
             db_now = _aware(rows[0]._dbq_now)
@@ -322,12 +332,20 @@ class QueueQuerySetMixin:
                 self.filter(queue_state=QueueState.RUNNING, queue_locked_until__lt=DbNow())
                 .order_by()
                 .select_for_update(skip_locked=True)
-                .values_list("pk", "queue_attempts", "queue_locked_by")[:limit]
+                .annotate(_dbq_now=DbNow())
+                .only(
+                    "pk",
+                    "queue_attempts",
+                    "queue_locked_by",
+                    "queue_enqueued_at",
+                    "queue_run_at",
+                    "queue_last_attempt_at",
+                )[:limit]
             )
             if not expired:
                 return 0
-            dead = {pk for pk, attempts, _ in expired if max_attempts and attempts >= max_attempts}
-            back = [pk for pk, _, _ in expired if pk not in dead]
+            dead = {row.pk for row in expired if max_attempts and row.queue_attempts >= max_attempts}
+            back = [row.pk for row in expired if row.pk not in dead]
             base = self.model._base_manager.using(using)
             cleared = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
             if back:
@@ -346,14 +364,28 @@ class QueueQuerySetMixin:
                     f"({max_attempts}); the worker stopped renewing its claim",
                     **cleared,
                 )
-        for pk, attempts, locked_by in expired:
+            write_attempts(
+                self.model,
+                using,
+                (
+                    attempt_for(
+                        row,
+                        AttemptOutcome.LOST,
+                        _aware(row._dbq_now),
+                        "lease expired",
+                        worker_id=row.queue_locked_by or "",
+                    )
+                    for row in expired
+                ),
+            )
+        for row in expired:
             logger.warning(
                 "rescued %s pk=%s from worker %s after its lease expired (attempt %s)%s",
                 self.model._meta.label,
-                pk,
-                locked_by,
-                attempts,
-                " -> FAILED" if pk in dead else "",
+                row.pk,
+                row.queue_locked_by,
+                row.queue_attempts,
+                " -> FAILED" if row.pk in dead else "",
             )
         return len(expired)
 
@@ -370,39 +402,66 @@ class QueueQuerySetMixin:
         """
         return self.model._base_manager.using(self.db).filter(pk__in=list(ids), queue_token=token)
 
-    def _record_successes(self, ids: Sequence[Any], claim: Claim) -> set[Any]:
-        """Mark rows SUCCEEDED in one UPDATE; return the ids actually written (ours)."""
-        if not ids:
+    def _record_successes(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
+        """Mark rows SUCCEEDED in one UPDATE (and their attempts in one INSERT, same
+        transaction); return the ids actually written (those still ours)."""
+        if not rows:
             return set()
+        ids = [row.pk for row in rows]
         finished_at = claim.now()
-        updated = self._fenced(ids, claim.token).update(
-            queue_state=QueueState.SUCCEEDED,
-            queue_finished_at=finished_at,
-            queue_locked_until=None,
-            queue_last_error="",
-            queue_token=-claim.token,
-        )
-        if updated == len(ids):
-            return set(ids)
-        # A finished row keeps its claim's token, negated: the rows this statement wrote
-        # are those with it and this finishing time (not those of an earlier duplicate call).
-        return set(
-            self.model._base_manager.using(self.db)
-            .filter(pk__in=ids, queue_token=-claim.token, queue_finished_at=finished_at)
-            .values_list("pk", flat=True)
-        )
+        with transaction.atomic(using=self.db, savepoint=False):
+            updated = self._fenced(ids, claim.token).update(
+                queue_state=QueueState.SUCCEEDED,
+                queue_finished_at=finished_at,
+                queue_locked_until=None,
+                queue_last_error="",
+                queue_token=-claim.token,
+            )
+            if updated == len(ids):
+                written = set(ids)
+            else:
+                # A finished row keeps its claim's token, negated: the rows this statement
+                # wrote are those with it and this finishing time (not an earlier duplicate's).
+                written = set(
+                    self.model._base_manager.using(self.db)
+                    .filter(pk__in=ids, queue_token=-claim.token, queue_finished_at=finished_at)
+                    .values_list("pk", flat=True)
+                )
+            write_attempts(
+                self.model,
+                self.db,
+                (
+                    attempt_for(row, AttemptOutcome.SUCCEEDED, finished_at)
+                    for row in rows
+                    if row.pk in written
+                ),
+            )
+        return written
 
-    def _record_failure(self, pk: Any, claim: Claim, error: str, retry_at: datetime | None) -> bool:
-        values: dict[str, Any] = {"queue_last_error": error, "queue_locked_until": None}
+    def _record_failure(
+        self,
+        row: QueueMixin,
+        claim: Claim,
+        error: str,
+        retry_at: datetime | None,
+        extra: dict[str, Any] | None = None,
+    ) -> bool:
+        finished_at = claim.now()
+        values: dict[str, Any] = {"queue_last_error": error, "queue_locked_until": None, **(extra or {})}
         if retry_at is None:
             values.update(
-                queue_state=QueueState.FAILED, queue_finished_at=claim.now(), queue_token=-claim.token
+                queue_state=QueueState.FAILED, queue_finished_at=finished_at, queue_token=-claim.token
             )
         else:
             values.update(
                 queue_state=QueueState.READY, queue_run_at=retry_at, queue_token=None, queue_locked_by=None
             )
-        return self._fenced([pk], claim.token).update(**values) == 1
+        outcome = AttemptOutcome.FAILED if retry_at is None else AttemptOutcome.RETRIED
+        with transaction.atomic(using=self.db, savepoint=False):
+            if self._fenced([row.pk], claim.token).update(**values) != 1:
+                return False
+            write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
+        return True
 
     def _record_release(self, ids: Sequence[Any], claim: Claim) -> int:
         """Give rows back unprocessed: READY again, the claim's attempt not counted."""

@@ -75,6 +75,7 @@ class Worker:
         lease: float | timedelta | None = None,
         worker_id: str | None = None,
         database: str | None = None,
+        queues: Sequence[str] | None = None,
         handle_signals: bool = True,
         on_hard_timeout: HardTimeoutHook | None = None,
         parent_pid: int | None = None,
@@ -89,6 +90,14 @@ class Worker:
         self.lease = as_timedelta(lease, "lease") if lease is not None else None
         self.worker_id = worker_id or default_worker_id()
         self.database = database
+        self.queues = list(queues) if queues else None
+        if self.queues:
+            # Only models with a `queue` column (Message, the django.tasks records) have queues.
+            self.models = [m for m in self.models if has_queue_column(m)]
+            if not self.models:
+                raise ImproperlyConfigured(
+                    "--queue needs a model with a 'queue' column, e.g. django_dbqueue.Message"
+                )
         self.handle_signals = handle_signals
         self.on_hard_timeout = on_hard_timeout
         self.parent_pid = parent_pid
@@ -154,6 +163,8 @@ class Worker:
                     if self.stopping or self._quota_left() == 0:
                         break
                     qs = model.queue_queryset(self.db_for(model))
+                    if self.queues:
+                        qs = qs.filter(queue__in=self.queues)
                     if not busy[model] and not qs.has_ready():
                         continue
                     rows = qs.claim(
@@ -492,3 +503,7 @@ def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None
                 f"the table {model._meta.db_table!r} of {model._meta.label} does not exist "
                 f"in database {using!r}: run 'manage.py migrate'"
             )
+
+
+def has_queue_column(model: type[QueueMixin]) -> bool:
+    return any(f.name == "queue" for f in model._meta.concrete_fields)
