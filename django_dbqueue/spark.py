@@ -6,6 +6,7 @@ nothing. MySQL/MariaDB only, over JDBC with MariaDB Connector/J (``DBQUEUE_SPARK
 
 * :func:`spark_session` - a SparkSession set up for this pipeline (UTC everywhere, the jar);
 * :func:`enqueue_dataframe` - a DataFrame's rows as READY rows of a queue model, idempotently;
+* :func:`enqueue_messages` - the same as ``Message`` rows of one kind (JSON payload per row);
 * :func:`read_queue` / :func:`read_history` - partitioned JDBC reads, UTC timestamps;
 * :func:`queue_report` - throughput, wait/run percentiles, failure rates, top errors, retries:
   Parquet + CSV + PNG charts + a Markdown summary.
@@ -481,11 +482,6 @@ def _key_fields(
             f"{opts.db_table} - without it a re-run would enqueue every row again. Add unique=True "
             f"or Meta.constraints = [UniqueConstraint(fields=[...])] and migrate."
         )
-    nullable = [f.name for f in fields if f.null]
-    if nullable:
-        raise ImproperlyConfigured(
-            f"{opts.label}: key columns must be NOT NULL (NULLs never collide in a UNIQUE index): {nullable}"
-        )
     return fields
 
 
@@ -628,6 +624,18 @@ def enqueue_dataframe(
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT COUNT(*), MIN(_dbq_sid), MAX(_dbq_sid) FROM {qn(stage)}")
             rows, lo, hi = cursor.fetchone()
+            nullable = [f for f in keys if f.null]
+            if nullable and rows:
+                # NULLs never collide in a UNIQUE index: such rows would be inserted on every run.
+                where = " OR ".join(f"{qn(f.column)} IS NULL" for f in nullable)
+                cursor.execute(f"SELECT COUNT(*) FROM {qn(stage)} WHERE {where}")
+                (null_keys,) = cursor.fetchone()
+                if null_keys:
+                    raise ImproperlyConfigured(
+                        f"{null_keys} of {rows} rows have a NULL key "
+                        f"({', '.join(f.name for f in nullable)}): they could not "
+                        "be de-duplicated; filter them out or give them a key"
+                    )
         stage_seconds = time.monotonic() - t0
         say(f"staged {rows} rows in {stage_seconds:.1f}s; inserting new keys into {table}")
 
@@ -678,6 +686,66 @@ def enqueue_dataframe(
         f"in {result.seconds:.1f}s"
     )
     return result
+
+
+def enqueue_messages(
+    df: DataFrame,
+    kind: str,
+    *,
+    key_column: str = "key",
+    payload_columns: Sequence[str] | None = None,
+    queue: str = "default",
+    priority: int | None = None,
+    run_at: datetime | timedelta | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    using: str | None = None,
+    progress: Progress | None = None,
+) -> EnqueueResult:
+    """Publish one :class:`~django_dbqueue.messages.Message` of ``kind`` per row, idempotently.
+
+    ``key_column`` holds each message's de-duplication key (unique per kind, never NULL
+    here); the payload is a JSON object of ``payload_columns`` (default: every other
+    column), built by Spark's ``to_json``. Same guarantees as :func:`enqueue_dataframe`."""
+    from pyspark.sql import functions as sf
+
+    from .handlers import NAME
+    from .messages import Message
+
+    if not NAME.match(kind):
+        raise ValueError(f"message kind {kind!r}: use 1-100 letters, digits and _ . : -")
+    if not NAME.match(queue) or len(queue) > 64:
+        raise ValueError(f"queue name {queue!r}: use 1-64 letters, digits and _ . : -")
+    if key_column not in df.columns:
+        raise ImproperlyConfigured(f"the DataFrame has no key column {key_column!r}")
+    if payload_columns is None:
+        payload_columns = [c for c in df.columns if c != key_column]
+    missing = [c for c in payload_columns if c not in df.columns]
+    if missing:
+        raise ImproperlyConfigured(f"the DataFrame has no payload column(s) {missing}")
+    payload = sf.to_json(sf.struct(*[sf.col(f"`{c}`") for c in payload_columns])) if payload_columns else None
+    messages = df.select(
+        sf.lit(kind).alias("kind"),
+        sf.col(f"`{key_column}`").cast("string").alias("key"),
+        (payload if payload is not None else sf.lit(None).cast("string")).alias("payload"),
+        sf.lit(queue).alias("queue"),
+    )
+    if payload is not None:
+        (largest,) = messages.agg(sf.max(sf.octet_length("payload"))).first() or (None,)
+        if largest is not None and largest > settings.MAX_PAYLOAD_BYTES:
+            raise ValueError(
+                f"a {kind!r} payload is {largest} bytes; the limit is {settings.MAX_PAYLOAD_BYTES} "
+                "(DBQUEUE_MAX_PAYLOAD_BYTES)"
+            )
+    return enqueue_dataframe(
+        messages,
+        Message,
+        key_columns=["kind", "key"],
+        priority=priority,
+        run_at=run_at,
+        batch_size=batch_size,
+        using=using,
+        progress=progress,
+    )
 
 
 def _insert_chunk(connection: Any, sql: str, params: list[Any]) -> tuple[int, list[str]]:

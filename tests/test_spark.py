@@ -190,10 +190,39 @@ def test_enqueue_while_two_workers_drain_the_table(spark, start_worker):
     assert set(AccountSync.objects.values_list("handled", flat=True).distinct()) == {1}
     by_worker = dict(AccountSync.objects.values_list("queue_locked_by").annotate(n=Count("id")))
     assert len(by_worker) == 2, by_worker
+    # The workers' attempt history, read back through Spark.
+    from django_dbqueue.spark import read_history
+
+    history = read_history(spark, models=["sparkapp.AccountSync"])
+    assert history.where("outcome = 'succeeded'").count() == total + 1
+
     # A re-run never re-queues finished work.
     assert enqueue_dataframe(df, AccountSync).inserted == 0
     assert not AccountSync.objects.exclude(queue_state=QueueState.SUCCEEDED).exists()
     df.unpersist()
+
+
+def test_enqueue_messages_with_json_payloads(spark):
+    from django_dbqueue.messages import Message
+    from django_dbqueue.spark import enqueue_messages
+
+    df = spark.range(1, 1_001).selectExpr(
+        "CONCAT('welcome:', id) AS key", "CONCAT('user', id, '@example.com') AS to", "id AS user_id"
+    )
+    first = enqueue_messages(df, "email.welcome", priority=2)
+    assert (first.inserted, first.skipped) == (1_000, 0)
+    assert enqueue_messages(df, "email.welcome").inserted == 0
+    # Same keys, another kind: other messages.
+    assert enqueue_messages(df.limit(10), "email.reminder", payload_columns=["to"]).inserted == 10
+    message = Message.objects.get(kind="email.welcome", key="welcome:7")
+    assert message.payload == {"to": "user7@example.com", "user_id": 7}
+    assert (message.queue, message.queue_priority, message.queue_state) == ("default", 2, QueueState.READY)
+    assert Message.objects.get(kind="email.reminder", key="welcome:7").payload == {"to": "user7@example.com"}
+    # A NULL key cannot be de-duplicated: refused before anything is inserted.
+    nulls = spark.range(3).selectExpr("IF(id = 1, NULL, CONCAT('k', id)) AS key")
+    with pytest.raises(ImproperlyConfigured, match="1 of 3 rows have a NULL key"):
+        enqueue_messages(nulls, "email.nokey")
+    assert not Message.objects.filter(kind="email.nokey").exists() and _staging_tables() == []
 
 
 TZ_VALUES = [
