@@ -145,6 +145,8 @@ def spark_session(
     # Without it, Python workers run the first python3 on PATH, not this virtualenv.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Spark's start-up chatter (default log4j profile, native-hadoop, hostname warnings) off.
+    os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent / "sparkconf"))
     local = master is not None and master.startswith("local")
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -681,9 +683,13 @@ def enqueue_dataframe(
         insert_seconds=insert_seconds,
         warnings=warnings,
     )
-    say(
-        f"{opts.label}: {result.inserted} inserted, {result.skipped} skipped of {result.rows} rows "
-        f"in {result.seconds:.1f}s"
+    logger.info(
+        "%s: %d inserted, %d skipped of %d rows in %.1fs",
+        opts.label,
+        result.inserted,
+        result.skipped,
+        result.rows,
+        result.seconds,
     )
     return result
 
