@@ -39,7 +39,7 @@ from django.db import connections, router
 from django.db import models as db_models
 
 from .conf import settings
-from .models import QUEUE_FIELDS, QueueMixin
+from .models import QueueMixin
 from .query import _check_priority, retry_on_lock_errors
 from .states import QueueState
 
@@ -66,8 +66,19 @@ HISTORY_COLUMNS = (
     "error",
 )
 OUTCOMES = ("succeeded", "failed", "retried", "lost", "released")
-#: Queue columns a DataFrame may carry per row; the others are the queue's to set.
-PER_ROW_QUEUE_FIELDS = ("queue_priority", "queue_run_at")
+#: Queue bookkeeping the enqueue sets itself; a DataFrame may carry any other column
+#: (``queue_priority`` and ``queue_run_at`` per row, for instance).
+QUEUE_BOOKKEEPING = (
+    "queue_state",
+    "queue_attempts",
+    "queue_last_error",
+    "queue_last_attempt_at",
+    "queue_locked_by",
+    "queue_locked_until",
+    "queue_token",
+    "queue_enqueued_at",
+    "queue_finished_at",
+)
 #: Rows per INSERT … SELECT chunk (and per JDBC batch): each chunk is its own short transaction.
 DEFAULT_BATCH_SIZE = 10_000
 FETCH_SIZE = 10_000
@@ -544,9 +555,10 @@ def enqueue_dataframe(
         f = by_name.get(name)
         if f is None:
             raise ImproperlyConfigured(f"DataFrame column {name!r} is not a field or column of {opts.label}")
-        if f.name in QUEUE_FIELDS and f.name not in PER_ROW_QUEUE_FIELDS:
+        if f.name in QUEUE_BOOKKEEPING:
             raise ImproperlyConfigured(
-                f"DataFrame column {name!r}: only {', '.join(PER_ROW_QUEUE_FIELDS)} may be given per row"
+                f"DataFrame column {name!r}: the queue sets {f.name} itself "
+                "(queue_priority and queue_run_at may be given per row)"
             )
         if f in columns:
             raise ImproperlyConfigured(f"DataFrame names {opts.label}.{f.name} twice")
@@ -580,8 +592,9 @@ def enqueue_dataframe(
         else:
             fixed.append(("queue_run_at", "%s", [_sql_datetime(run_at)]))
     lacking = []
+    set_here = {column for column, _, _ in fixed}
     for f in opts.concrete_fields:
-        if f.name in given or f.name in QUEUE_FIELDS or f.primary_key:
+        if f.name in given or f.column in set_here or f.primary_key:
             continue
         if f.has_default():
             fixed.append((f.column, "%s", [f.get_db_prep_save(f.get_default(), connection)]))
@@ -619,7 +632,7 @@ def enqueue_dataframe(
         say(f"staging the DataFrame into {stage} over JDBC")
         (
             staged_df.write.format("jdbc")
-            .options(**target.options(dbtable=stage, batchsize=batch_size if batch_size < 10_000 else 10_000))
+            .options(**target.options(dbtable=stage, batchsize=min(batch_size, 10_000)))
             .mode("append")  # never "overwrite": it would recreate the table from Spark's types
             .save()
         )
@@ -927,7 +940,24 @@ def queue_report(
                 files[f"{name}.csv"] = _write_csv(out / f"{name}.csv", collected[name], table.columns)
             finally:
                 table.unpersist()
-        files["throughput.png"], files["latency.png"] = _charts(out, collected["per_minute"])
+        # Charts keep a readable number of points: a week of minutes is drawn in 30-minute
+        # buckets (exact percentiles per bucket, throughput averaged per minute).
+        bucket = _chart_bucket(collected["summary"])
+        chart_rows = collected["per_minute"]
+        if bucket > 1:
+            say(f"aggregating {bucket}-minute buckets for the charts")
+            seconds = bucket * 60
+            start = sf.timestamp_seconds(sf.floor(sf.unix_seconds("finished_at") / seconds) * seconds)
+            chart_rows = _collect_utc(
+                _split_percentiles(
+                    h.groupBy("model", start.alias("bucket_start"))
+                    .agg(*_aggregates(sf))
+                    .withColumn("completed", completed)
+                    .withColumnRenamed("bucket_start", "minute"),
+                    ["wait_s", "run_s"],
+                ).orderBy("model", "minute")
+            )
+        files["throughput.png"], files["latency.png"] = _charts(out, chart_rows, bucket)
         report = QueueReport(
             out=out,
             files=files,
@@ -968,12 +998,26 @@ def _parse_utc(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
-def _charts(out: Path, per_minute: list[dict[str, Any]]) -> tuple[Path, Path]:
+#: Longest time bucket of the charts' points, in minutes, and how many points a line may have.
+CHART_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)
+CHART_POINTS = 400
+
+
+def _chart_bucket(summary: list[dict[str, Any]]) -> int:
+    if not summary:
+        return 1
+    first = min(_parse_utc(r["first_finished"]) for r in summary)
+    last = max(_parse_utc(r["last_finished"]) for r in summary)
+    minutes = (last - first).total_seconds() / 60
+    return next((b for b in CHART_BUCKETS if minutes / b <= CHART_POINTS), CHART_BUCKETS[-1])
+
+
+def _charts(out: Path, per_bucket: list[dict[str, Any]], bucket: int = 1) -> tuple[Path, Path]:
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
     by_model: dict[str, list[dict[str, Any]]] = {}
-    for row in per_minute:
+    for row in per_bucket:
         by_model.setdefault(row["model"], []).append(row)
 
     def setup(ax: Any, ylabel: str) -> None:
@@ -987,11 +1031,14 @@ def _charts(out: Path, per_minute: list[dict[str, Any]]) -> tuple[Path, Path]:
     ax_done, ax_fail = fig.subplots(2, 1, sharex=True)
     for model, rows in sorted(by_model.items()):
         x = [_parse_utc(r["minute"]) for r in rows]
-        ax_done.plot(x, [r["completed"] for r in rows], label=model, linewidth=1)
-        ax_fail.plot(x, [r["failed"] + r["retried"] + r["lost"] for r in rows], label=model, linewidth=1)
+        ax_done.plot(x, [r["completed"] / bucket for r in rows], label=model, linewidth=1)
+        failed = [(r["failed"] + r["retried"] + r["lost"]) / bucket for r in rows]
+        ax_fail.plot(x, failed, label=model, linewidth=1)
     setup(ax_done, "completed jobs / minute")
     setup(ax_fail, "failed attempts / minute")
-    ax_done.set_title("Queue throughput per minute (UTC)")
+    per = "minute" if bucket == 1 else f"{bucket}-minute bucket"
+    averaged = "" if bucket == 1 else f" (mean per minute over {bucket}-minute buckets)"
+    ax_done.set_title(f"Queue throughput, UTC{averaged}")
     if by_model:
         ax_done.legend(loc="upper right", fontsize="small")
     throughput = out / "throughput.png"
@@ -1013,7 +1060,7 @@ def _charts(out: Path, per_minute: list[dict[str, Any]]) -> tuple[Path, Path]:
             )
     setup(ax_wait, "wait (enqueued → claimed), s")
     setup(ax_run, "run (claimed → finished), s")
-    ax_wait.set_title("Latency per minute (UTC): p50 solid, p95 dashed")
+    ax_wait.set_title(f"Latency per {per}, UTC: p50 solid, p95 dashed")
     if by_model:
         ax_wait.legend(loc="upper right", fontsize="small")
     latency = out / "latency.png"

@@ -140,7 +140,7 @@ def test_enqueue_refuses_what_would_break_idempotency(spark):
         enqueue_dataframe(df, AccountSync, key_columns=["email"])
     with pytest.raises(ImproperlyConfigured, match="is not a field or column"):
         enqueue_dataframe(df.withColumnRenamed("email", "mail"), AccountSync)
-    with pytest.raises(ImproperlyConfigured, match="only queue_priority, queue_run_at"):
+    with pytest.raises(ImproperlyConfigured, match="the queue sets queue_state itself"):
         enqueue_dataframe(df.selectExpr("*", "'running' AS queue_state"), AccountSync)
     with pytest.raises(ImproperlyConfigured, match="lacks the key column"):
         enqueue_dataframe(df.select("email"), AccountSync)
@@ -154,6 +154,7 @@ def test_enqueue_refuses_what_would_break_idempotency(spark):
     assert AccountSync.objects.count() == 0 and _staging_tables() == []
 
 
+@pytest.mark.processes
 def test_enqueue_while_two_workers_drain_the_table(spark, start_worker):
     from django_dbqueue.spark import enqueue_dataframe
 
