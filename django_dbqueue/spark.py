@@ -175,7 +175,10 @@ def spark_session(
         options |= {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8"}
     if driver_memory:
         options["spark.driver.memory"] = driver_memory
-    options |= config or {}
+    for key, value in (config or {}).items():
+        if key.endswith("extraJavaOptions") and "-Duser.timezone=" not in value:
+            value = f"{value} {utc}"  # the caller's JVM options, still in UTC
+        options[key] = value
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
