@@ -35,6 +35,7 @@ from django.utils import timezone
 from .conf import settings
 from .history import AttemptOutcome, attempt_for, write_attempts
 from .states import QueueState
+from .wakeup import notify
 
 if TYPE_CHECKING:
     from .models import QueueMixin
@@ -190,6 +191,9 @@ class QueueQuerySetMixin:
             self.ready()
             .annotate(_dbq_now=DbNow())
             .order_by(*order)
+            # The traceback of an earlier attempt is rarely read by a handler; a TEXT column
+            # is the costliest to fetch for a whole batch (loaded on access if needed).
+            .defer("queue_last_error")
             .select_for_update(skip_locked=True)[:limit]
         )
 
@@ -280,7 +284,12 @@ class QueueQuerySetMixin:
         }
         if priority is not None:
             values["queue_priority"] = _check_priority(priority)
-        return self.exclude(queue_state=QueueState.RUNNING).update(**values)
+        return self._notified(self.exclude(queue_state=QueueState.RUNNING).update(**values))
+
+    def _notified(self, count: int) -> int:
+        if count:
+            notify(self.db, [self.model._meta.db_table])
+        return count
 
     def retry_now(self) -> int:
         """READY rows (waiting for a retry or a date) and FAILED rows become due now.
@@ -288,15 +297,17 @@ class QueueQuerySetMixin:
         A FAILED row starts over with a fresh attempt budget; a READY row keeps its count."""
         # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
         # CASE placed after `queue_state = 'ready'` would see the new state.
-        return self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
-            queue_attempts=Case(
-                When(queue_state=QueueState.FAILED, then=Value(0)),
-                default=F("queue_attempts"),
-                output_field=models.PositiveIntegerField(),
-            ),
-            queue_state=QueueState.READY,
-            queue_run_at=DbNow(),
-            queue_finished_at=None,
+        return self._notified(
+            self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
+                queue_attempts=Case(
+                    When(queue_state=QueueState.FAILED, then=Value(0)),
+                    default=F("queue_attempts"),
+                    output_field=models.PositiveIntegerField(),
+                ),
+                queue_state=QueueState.READY,
+                queue_run_at=DbNow(),
+                queue_finished_at=None,
+            )
         )
 
     def reprioritize(self, priority: int) -> int:
@@ -407,6 +418,9 @@ class QueueQuerySetMixin:
         transaction); return the ids actually written (those still ours)."""
         if not rows:
             return set()
+        return retry_on_lock_errors(self.db, lambda: self._record_successes_once(rows, claim), "outcome")
+
+    def _record_successes_once(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
         ids = [row.pk for row in rows]
         finished_at = claim.now()
         with transaction.atomic(using=self.db, savepoint=False):
@@ -457,11 +471,15 @@ class QueueQuerySetMixin:
                 queue_state=QueueState.READY, queue_run_at=retry_at, queue_token=None, queue_locked_by=None
             )
         outcome = AttemptOutcome.FAILED if retry_at is None else AttemptOutcome.RETRIED
-        with transaction.atomic(using=self.db, savepoint=False):
-            if self._fenced([row.pk], claim.token).update(**values) != 1:
-                return False
-            write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
-        return True
+
+        def write() -> bool:
+            with transaction.atomic(using=self.db, savepoint=False):
+                if self._fenced([row.pk], claim.token).update(**values) != 1:
+                    return False
+                write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
+            return True
+
+        return retry_on_lock_errors(self.db, write, "outcome")
 
     def _record_release(self, ids: Sequence[Any], claim: Claim) -> int:
         """Give rows back unprocessed: READY again, the claim's attempt not counted."""
