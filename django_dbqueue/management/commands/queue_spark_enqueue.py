@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router
 
-from .runqueue import positive_int, resolve_models
+from django_dbqueue.management.arguments import duration, whole_number
+
+from .runqueue import resolve_models
 
 
 def aware_datetime(value: str) -> datetime:
@@ -22,33 +24,11 @@ def aware_datetime(value: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def delay(value: str) -> timedelta:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not 0 <= seconds < 10**9:
-        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {value}")
-    return timedelta(seconds=seconds)
-
-
-def integer(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-
-
 class Command(BaseCommand):
     help = (
         "Enqueue rows from Parquet, CSV or a database table into a QueueMixin model, idempotently "
         "(rows whose key already exists are skipped), through Spark and JDBC."
     )
-
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.called_from_command_line = False  # bad arguments -> CommandError, also via call_command
-        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("model", metavar="app_label.Model", help="The queue model to fill.")
@@ -67,14 +47,19 @@ class Command(BaseCommand):
             metavar="FIELD",
             help="Key field (repeat for a composite key; default: the model's unique field).",
         )
-        parser.add_argument("--priority", type=integer, default=None, help="Priority of every new row.")
+        parser.add_argument(
+            "--priority",
+            type=whole_number(-(2**31), 2**31 - 1),
+            default=None,
+            help="Priority of every new row.",
+        )
         when = parser.add_mutually_exclusive_group()
         when.add_argument(
             "--run-at", type=aware_datetime, help="ISO date-time the rows are due (UTC if naive)."
         )
-        when.add_argument("--delay", type=delay, help="Seconds from now until the rows become due.")
+        when.add_argument("--delay", type=duration, help="Due after this delay: 90, 45s, 30m, 12h, 7d.")
         parser.add_argument(
-            "--batch-size", type=positive_int, default=10_000, help="Rows per insert transaction."
+            "--batch-size", type=whole_number(), default=10_000, help="Rows per insert transaction."
         )
         parser.add_argument("--master", default="local[*]", help="Spark master URL (default local[*]).")
         parser.add_argument("--database", default=None, help="Database alias of the model (default: router).")

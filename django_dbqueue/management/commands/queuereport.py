@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +10,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from .queue_spark_enqueue import aware_datetime
-from .runqueue import positive_int
+from django_dbqueue.management.arguments import DURATION, duration, whole_number
 
-_AGO = re.compile(r"^(\d+)([mhdw])$")
-_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+from .queue_spark_enqueue import aware_datetime
 
 
 def since_value(value: str) -> datetime:
     """``7d``, ``24h``, ``30m``, ``2w`` before now, or an ISO date-time (UTC if naive)."""
-    match = _AGO.match(value)
-    if match:
-        return datetime.now(UTC) - timedelta(**{_UNITS[match[2]]: int(match[1])})
+    if DURATION.match(value.strip()):
+        return datetime.now(UTC) - duration(value)
     return aware_datetime(value)
 
 
@@ -31,11 +27,6 @@ class Command(BaseCommand):
         "Report queue throughput, wait/run time percentiles, failure rates, top errors and retries "
         "from the attempt history, with Spark: Parquet, CSV, PNG charts and a Markdown summary."
     )
-
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.called_from_command_line = False
-        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -48,7 +39,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--out", default=None, help="Output directory (default ./queuereport-<UTC time>)."
         )
-        parser.add_argument("--top-errors", type=positive_int, default=10, help="Errors listed per model.")
+        parser.add_argument("--top-errors", type=whole_number(), default=10, help="Errors listed per model.")
         parser.add_argument("--master", default="local[*]", help="Spark master URL (default local[*]).")
         parser.add_argument("--database", default="default", help="Database alias holding the history.")
 
