@@ -68,3 +68,10 @@ example: venv
 
 clean:
 	rm -rf $(VENV) .venv-django52 .pytest_cache .ruff_cache tests/*.sqlite3 example_project/*.sqlite3
+
+# -- Spark pipeline benchmark (bench/spark_bench.py): 1M-row enqueue three ways + the report --
+SPARK_BENCH_URL ?= mysql://root@127.0.0.1:3306/spark_bench
+SPARK_BENCH_ROWS ?= 1000000
+.PHONY: bench-spark
+bench-spark: venv services
+	DATABASE_URL=$(SPARK_BENCH_URL) $(PY) bench/spark_bench.py --rows $(SPARK_BENCH_ROWS)

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "rangefilter",
     "django_dbqueue",
     "tests.testapp",
+    "tests.sparkapp",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
