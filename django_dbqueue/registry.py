@@ -43,6 +43,7 @@ class WorkerProcess(models.Model):
 
     class Meta:
         verbose_name = "worker process"
+        verbose_name_plural = "worker processes"
 
     def __str__(self) -> str:
         return self.worker_id
