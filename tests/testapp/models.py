@@ -105,3 +105,93 @@ class Ticket(QueueMixin):
     def process(self) -> None:
         self.handled = True
         self.save()
+
+
+# -- chaos suite (tests/chaos) ------------------------------------------------------------
+
+
+class ChaosBatch(models.Model):
+    """One publisher batch, inserted in the same transaction as its rows: after a database
+    fault the publisher knows whether the batch committed, and the suite knows how many rows
+    must exist in the end."""
+
+    model = models.CharField(max_length=50)
+    number = models.IntegerField()
+    size = models.IntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["model", "number"], name="chaos_batch_once")]
+
+
+class ChaosLedger(models.Model):
+    """One row per handler run of a chaos row (``kind`` is 'lease' or 'atomic')."""
+
+    kind = models.CharField(max_length=10)
+    job_id = models.BigIntegerField()
+    attempt = models.IntegerField()
+    pid = models.IntegerField()
+    worker = models.CharField(max_length=255, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "job_id", "attempt"], name="chaos_ledger_one_run_per_attempt"
+            )
+        ]
+
+
+class ChaosArchive(models.Model):
+    """What the suite's purge deleted: finished rows, their state and attempts."""
+
+    kind = models.CharField(max_length=10)
+    job_id = models.BigIntegerField()
+    state = models.CharField(max_length=16)
+    attempts = models.IntegerField()
+    fail_times = models.IntegerField()
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "job_id"], name="chaos_archive_once")]
+
+
+class ChaosRow(QueueMixin):
+    """A chaos work item: sleeps ``sleep`` s, writes its ledger row, fails ``fail_times``
+    times (a poison row fails every time and must end FAILED with its reason)."""
+
+    batch = models.IntegerField(default=0, db_index=True)
+    sleep = models.FloatField(default=0)
+    fail_times = models.IntegerField(default=0)
+
+    # Enough attempts that kills and restarts never use them up; short delays.
+    queue_retry = ExponentialBackoff(base=0.1, factor=2, max_delay=1, max_attempts=12, jitter=0)
+    chaos_kind = ""
+
+    class Meta(QueueMixin.Meta):
+        abstract = True
+
+    def process(self) -> None:
+        if self.sleep:
+            time.sleep(self.sleep)
+        ChaosLedger.objects.create(
+            kind=self.chaos_kind,
+            job_id=self.pk,
+            attempt=self.queue_attempts,
+            pid=os.getpid(),
+            worker=self.queue_locked_by or "",
+        )
+        if self.queue_attempts <= self.fail_times:
+            raise ValueError(f"planned failure on attempt {self.queue_attempts}")
+
+
+class ChaosLeaseJob(ChaosRow):
+    """Lease mode: at-least-once (re-runs allowed only after a kill or a lost lease)."""
+
+    chaos_kind = "lease"
+
+
+class ChaosAtomicJob(ChaosRow):
+    """Atomic mode, four handlers per transaction: the ledger row commits with the outcome."""
+
+    chaos_kind = "atomic"
+    queue_atomic = True
+    queue_atomic_group = 4
