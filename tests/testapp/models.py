@@ -195,3 +195,42 @@ class ChaosAtomicJob(ChaosRow):
     chaos_kind = "atomic"
     queue_atomic = True
     queue_atomic_group = 4
+
+
+class HostileBase(QueueMixin):
+    """Bad input for the worker: handlers that raise BaseException subclasses, delete their
+    own row, or read a payload they cannot use."""
+
+    action = models.CharField(max_length=20, default="ok")
+    data = models.JSONField(null=True, blank=True)
+
+    queue_retry = ExponentialBackoff(base=0.05, factor=2, max_delay=0.2, max_attempts=2, jitter=0)
+
+    class Meta(QueueMixin.Meta):
+        abstract = True
+
+    def process(self) -> None:
+        Ledger.objects.create(kind=type(self).__name__, job_id=self.pk, attempt=self.queue_attempts)
+        if self.action == "exit":
+            raise SystemExit(3)
+        if self.action == "interrupt":
+            raise KeyboardInterrupt
+        if self.action in ("delete", "delete-then-fail"):
+            # The application deletes the row while the worker holds its claim.
+            type(self).objects.filter(pk=self.pk).delete()
+            if self.action == "delete-then-fail":
+                raise ValueError("failed after the row was deleted")
+        if self.action == "payload":
+            # A handler that trusts its JSON: data must be an object with an integer "n".
+            if not isinstance(self.data, dict) or not isinstance(self.data.get("n"), int):
+                raise Discard(f"unusable payload: {str(self.data)[:100]!r}")
+
+
+class HostileJob(HostileBase):
+    """Lease mode."""
+
+
+class HostileAtomicJob(HostileBase):
+    """Atomic mode: the handler's writes and the outcome commit together."""
+
+    queue_atomic = True
