@@ -48,11 +48,6 @@ class Command(BaseCommand):
         "history older than --attempts-older-than, in bounded batches."
     )
 
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.called_from_command_line = False
-        return parser
-
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "models",

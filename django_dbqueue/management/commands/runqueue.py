@@ -77,13 +77,6 @@ def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
 class Command(BaseCommand):
     help = "Process queued rows of QueueMixin models until stopped (or drained, with --burst)."
 
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        # Wrong arguments raise CommandError (exit code 1 and a clear message), also when
-        # the command is called from code through call_command().
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.called_from_command_line = False
-        return parser
-
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "models",
