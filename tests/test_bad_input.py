@@ -192,3 +192,27 @@ def test_runqueue_on_a_database_without_the_tables_stops_with_a_message(start_wo
     assert time.monotonic() - started < 30  # no retry loop
     assert "the table 'testapp_job' of testapp.Job does not exist" in worker.output
     assert "run 'manage.py migrate'" in worker.output and "Traceback" not in worker.output
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_runqueue_stops_with_a_message_when_a_queue_table_disappears_while_it_runs(start_worker) -> None:
+    # e.g. `migrate testapp zero` run against a live deployment: the workers must not be
+    # replaced forever, each crashing on the missing table.
+    from tests.conftest import wait_until
+    from tests.testapp.models import Job
+
+    Job.objects.create(name="first")
+    worker = start_worker("testapp.Job", "--poll-interval", "0.1")
+    assert wait_until(lambda: Ledger.objects.filter(kind="Job").exists(), timeout=30)
+    with connection.schema_editor() as editor:
+        editor.delete_model(Job)
+    try:
+        started = time.monotonic()
+        assert worker.wait(timeout=60) == 1
+        assert time.monotonic() - started < 30
+    finally:
+        with connection.schema_editor() as editor:
+            editor.create_model(Job)
+    assert "the table 'testapp_job' of testapp.Job does not exist" in worker.output, worker.output
+    assert worker.output.count("replacing it") <= 1, worker.output
