@@ -409,6 +409,15 @@ class QueueQuerySetMixin:
             return set()
         ids = [row.pk for row in rows]
         finished_at = claim.now()
+        # A deadlock with a concurrent bulk update or purge rolls the whole write back:
+        # retry it (outside a caller's transaction), or the row would be run again.
+        return retry_on_lock_errors(
+            self.db, lambda: self._write_successes(rows, ids, claim, finished_at), "outcome write"
+        )
+
+    def _write_successes(
+        self, rows: Sequence[QueueMixin], ids: list[Any], claim: Claim, finished_at: datetime
+    ) -> set[Any]:
         with transaction.atomic(using=self.db, savepoint=False):
             updated = self._fenced(ids, claim.token).update(
                 queue_state=QueueState.SUCCEEDED,
@@ -457,11 +466,15 @@ class QueueQuerySetMixin:
                 queue_state=QueueState.READY, queue_run_at=retry_at, queue_token=None, queue_locked_by=None
             )
         outcome = AttemptOutcome.FAILED if retry_at is None else AttemptOutcome.RETRIED
-        with transaction.atomic(using=self.db, savepoint=False):
-            if self._fenced([row.pk], claim.token).update(**values) != 1:
-                return False
-            write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
-        return True
+
+        def write() -> bool:
+            with transaction.atomic(using=self.db, savepoint=False):
+                if self._fenced([row.pk], claim.token).update(**values) != 1:
+                    return False
+                write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
+            return True
+
+        return retry_on_lock_errors(self.db, write, "outcome write")
 
     def _record_release(self, ids: Sequence[Any], claim: Claim) -> int:
         """Give rows back unprocessed: READY again, the claim's attempt not counted."""
