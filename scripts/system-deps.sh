@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # System packages: headers for mysqlclient, database servers if missing, Java + the MariaDB JDBC
-# driver for the Spark pipeline, Chromium for the admin browser test, libfaketime for the chaos
-# suite's clock-skewed worker. Idempotent and quiet.
+# driver for the Spark pipeline, Chromium for the admin browser test. Idempotent and quiet.
 set -euo pipefail
-want=(libmariadb-dev pkg-config gcc mariadb-server faketime postgresql default-jre-headless libmariadb-java chromium chromium-driver)
+want=(libmariadb-dev pkg-config gcc mariadb-server postgresql default-jre-headless libmariadb-java chromium chromium-driver)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

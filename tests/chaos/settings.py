@@ -22,3 +22,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {"django_dbqueue": {"handlers": ["console"], "level": "INFO"}},
 }
+
+if os.environ.get("CHAOS_CLOCK_OFFSET"):
+    # This process plays a host whose wall clock is hours off (tests/chaos/skew.py).
+    from tests.chaos.skew import apply
+
+    apply(os.environ["CHAOS_CLOCK_OFFSET"])

@@ -59,7 +59,8 @@ def test_quick_chaos_run_loses_nothing_and_doubles_nothing() -> None:
     assert events["SIGKILL worker process"] >= 5 and events["SIGKILL whole runqueue"] >= 1, report
     assert events["database restart (SIGTERM)"] == 1 and events["KILL CONNECTION"] >= 1, report
     assert results["recoveries"][0]["all_runqueues_back_s"] is not None, report
-    assert counters["lease: rows expected"] == counters["lease: succeeded"] + counters[
-        "lease: poison rows FAILED with a reason"
-    ], report
+    assert (
+        counters["lease: rows expected"]
+        == counters["lease: succeeded"] + counters["lease: poison rows FAILED with a reason"]
+    ), report
     assert counters["outcomes recorded by clock-skewed workers"] > 0, report
