@@ -102,6 +102,7 @@ class Runqueue:
         if self.skew:
             env.update(harness.skew_env(self.skew))
         cfg = harness.config
+        self.started = time.monotonic()
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [
@@ -150,6 +151,9 @@ class Runqueue:
         return pids
 
     def terminate(self, timeout: float = 90) -> int:
+        # A process still importing Django has no handler yet and would die of the signal:
+        # the graceful path starts once runqueue is up.
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - self.started)))
         self.proc.send_signal(signal.SIGTERM)
         try:
             code = self.proc.wait(timeout=timeout)
@@ -428,7 +432,7 @@ class Harness:
         candidates = [pid for rq in self.live() for pid in rq.workers()]
         if not candidates:
             return
-        pid = self.rng.choice(candidates)
+        pid = self.busy_worker(candidates) or self.rng.choice(candidates)
         try:
             os.kill(pid, signal.SIGSTOP)
             self.tally.frozen_pids.add(pid)
@@ -439,6 +443,29 @@ class Harness:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
+
+    def busy_worker(self, candidates: list[int]) -> int | None:
+        """A worker in the middle of a lease-mode batch: it ran a handler whose row is
+        still RUNNING (its outcome not flushed yet)."""
+        from django.db import connection
+
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT l.pid FROM testapp_chaosledger l JOIN testapp_chaosleasejob j "
+                        "ON j.id = l.job_id AND l.kind = 'lease' WHERE j.queue_state = 'running' "
+                        "ORDER BY l.id DESC LIMIT 20"
+                    )
+                    busy = [pid for (pid,) in cursor.fetchall() if pid in candidates]
+            except Exception as exc:  # noqa: BLE001
+                self.db_error("freeze probe", exc)
+                busy = []
+            if busy:
+                return busy[0]
+            time.sleep(0.05)
+        return None
 
     def kill_runqueue(self) -> None:
         rq = self.rng.choice(self.runqueues)
@@ -804,10 +831,10 @@ class Harness:
         }
 
     def cause(self, pid: int, history: list[tuple[str, str, datetime | None]]) -> str:
-        if pid in self.tally.killed_pids:
-            return "its worker was SIGKILLed"
         if pid in self.tally.frozen_pids:
             return "its worker was frozen (SIGSTOP) past its lease"
+        if pid in self.tally.killed_pids:
+            return "its worker was SIGKILLed"
         if pid in self.disconnected_pids:
             return "its worker lost its database session (restart or KILL CONNECTION)"
         if pid in self.errored_pids:
