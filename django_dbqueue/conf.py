@@ -13,7 +13,7 @@ class Settings:
     #: Rows claimed per claim statement by ``runqueue`` (``--batch-size``).
     BATCH_SIZE: int = 100
     #: Longest sleep of an idle worker between polls, in seconds (``--poll-interval``).
-    POLL_INTERVAL: float = 0.05
+    POLL_INTERVAL: float = 0.045
     #: Seconds between two runs of the expired-lease rescue by each worker.
     RESCUE_INTERVAL: float = 15.0
     #: Rows the rescue statement handles at most per run (it is bounded, never a long scan).
@@ -24,6 +24,8 @@ class Settings:
     MAX_ERROR_LENGTH: int = 20_000
     #: How often a claim is retried after a deadlock or lock-wait timeout.
     DEADLOCK_RETRIES: int = 5
+    #: Seconds between two heartbeats of a worker in the WorkerProcess table.
+    HEARTBEAT_INTERVAL: float = 10.0
     #: Write a QueueAttempt row for every attempt (a model's ``queue_history`` wins).
     HISTORY: bool = True
     #: Largest JSON payload (bytes) ``Message.objects.publish`` accepts.

@@ -76,6 +76,14 @@ def attempt_for(
 
 
 def write_attempts(model: type[QueueMixin], using: str, attempts: Iterable[QueueAttempt]) -> None:
+    if not history_enabled(model):
+        return
     items: list[Any] = list(attempts)
-    if items and history_enabled(model):
-        QueueAttempt.objects.using(using).bulk_create(items)
+    if items:
+        # One multi-row INSERT without RETURNING: nobody needs the new ids, and bulk_create
+        # would ask MariaDB/PostgreSQL to send them all back (it doubled the cost here).
+        QueueAttempt.objects.using(using)._insert(items, fields=_insert_fields(), using=using)
+
+
+def _insert_fields() -> list[models.Field]:
+    return [f for f in QueueAttempt._meta.concrete_fields if not f.primary_key]

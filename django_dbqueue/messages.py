@@ -25,6 +25,7 @@ from .handlers import NAME, InvalidPayload, get_handler
 from .models import QueueMixin
 from .query import QueueQuerySet
 from .states import QueueState
+from .wakeup import notify
 
 #: Rows per INSERT statement of publish_many.
 INSERT_CHUNK = 500
@@ -104,13 +105,17 @@ class MessageQuerySet(QueueQuerySet):
         with transaction.atomic(using=self.db, savepoint=False):
             for start in range(0, len(built), INSERT_CHUNK):
                 inserted += self._insert_ignore(built[start : start + INSERT_CHUNK])
+            if inserted:
+                notify(self.db, [self.model._meta.db_table])
         return inserted
 
     def _insert_one(self, message: Message) -> Published:
         if message.key is None:
-            message.save(using=self.db, force_insert=True)
+            message.save(using=self.db, force_insert=True)  # post_save sends the wake-up
             return Published(message, True)
         created = self._insert_ignore([message]) == 1
+        if created:
+            notify(self.db, [self.model._meta.db_table])
         existing = self.model._base_manager.using(self.db).get(kind=message.kind, key=message.key)
         return Published(existing, created)
 

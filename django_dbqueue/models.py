@@ -267,4 +267,5 @@ def queue_models() -> list[type[QueueMixin]]:
 # Concrete models of this app live in their own modules; import them so Django registers them.
 from .history import QueueAttempt  # noqa: E402, F401
 from .messages import ArchivedMessage, Message  # noqa: E402, F401
+from .registry import WorkerProcess  # noqa: E402, F401
 from .task_records import TaskRecord  # noqa: E402, F401

@@ -34,11 +34,12 @@ from django.db import (
     transaction,
 )
 
-from . import signals
+from . import registry, signals
 from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes
-from .query import Claim, as_timedelta, default_worker_id
+from .query import Claim, as_timedelta, default_worker_id, is_transient_lock_error
+from .wakeup import Listener
 
 logger = logging.getLogger("django_dbqueue.worker")
 
@@ -83,7 +84,8 @@ class Worker:
         self.models = list(models) if models else queue_models()
         if not self.models:
             raise ImproperlyConfigured("no QueueMixin models are installed: nothing to consume")
-        self.batch_size = batch_size or settings.BATCH_SIZE
+        # None: per model (settings.BATCH_SIZE for lease mode, a small claim for atomic mode).
+        self.batch_size = batch_size
         self.burst = burst
         self.max_jobs = max_jobs
         self.poll_interval = poll_interval if poll_interval is not None else settings.POLL_INTERVAL
@@ -103,17 +105,22 @@ class Worker:
         self.parent_pid = parent_pid
         self.stats = WorkerStats()
         self._stopping = threading.Event()
+        # Set by stop() and, on PostgreSQL, by a NOTIFY for one of our tables.
+        self._wake = threading.Event()
+        self._listener: Listener | None = None
         self._keeper = _LeaseKeeper(self)
         self._current: _Running | None = None
         self._fatal: BaseException | None = None
         self._next_rescue = 0.0
         self._alarm_installed = False
+        self._registry_db: str | None = None
 
     # -- public control --------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop claiming; the running job finishes, unstarted claimed rows are given back."""
         self._stopping.set()
+        self._wake.set()
 
     @property
     def stopping(self) -> bool:
@@ -129,18 +136,26 @@ class Worker:
         self._keeper.start()
         try:
             check_tables(self.models, self.database)
+            self._registry_db = self.db_for(self.models[0])
+            registry.register(self.worker_id, self.models, self._registry_db)
+            self._start_listener()
             logger.info(
-                "worker %s consuming %s (batch %d%s)",
+                "worker %s consuming %s%s",
                 self.worker_id,
-                ", ".join(m._meta.label for m in self.models),
-                self.batch_size,
+                ", ".join(
+                    f"{m._meta.label} (batch {self.batch_size or default_batch_size(m)})" for m in self.models
+                ),
                 ", burst" if self.burst else "",
             )
             self._loop()
         finally:
             self._keeper.stop()
+            if self._listener is not None:
+                self._listener.stop()
             if restore:
                 restore()
+            if self._registry_db:
+                registry.unregister(self.worker_id, self._registry_db)
             connections.close_all()
         if self._fatal is not None:
             logger.error("worker %s stopped: a handler raised %r", self.worker_id, self._fatal)
@@ -168,7 +183,7 @@ class Worker:
                     if not busy[model] and not qs.has_ready():
                         continue
                     rows = qs.claim(
-                        self._claim_size(), self.worker_id, self.lease or model.queue_lease_seconds()
+                        self._claim_size(model), self.worker_id, self.lease or model.queue_lease_seconds()
                     )
                     busy[model] = bool(rows)
                     if rows:
@@ -194,8 +209,27 @@ class Worker:
                 continue
             if self.burst:
                 break
-            self._stopping.wait(idle_sleep)
-            idle_sleep = min(idle_sleep * 2, self.poll_interval)
+            if self._wake.wait(idle_sleep):
+                self._wake.clear()
+                idle_sleep = self._min_sleep()
+                busy = dict.fromkeys(self.models, True)
+                continue
+            idle_sleep = min(idle_sleep * 2, self._idle_ceiling())
+
+    def _idle_ceiling(self) -> float:
+        # With LISTEN, notifications wake us; polling only catches what sends none (rows
+        # that come due later, bulk_create): a slower safety net costs the database less.
+        listening = self._listener is not None and self._listener.listening.is_set()
+        return max(self.poll_interval, 1.0) if listening else self.poll_interval
+
+    def _start_listener(self) -> None:
+        databases = {self.db_for(model) for model in self.models}
+        if self.burst or len(databases) != 1:
+            return
+        [using] = databases
+        if Listener.supported(using):
+            self._listener = Listener(using, [m._meta.db_table for m in self.models], self._wake)
+            self._listener.start()
 
     def _min_sleep(self) -> float:
         return max(self.poll_interval / 8, 0.005)
@@ -205,9 +239,10 @@ class Worker:
             return None
         return max(self.max_jobs - self.stats.processed - self.stats.lost, 0)
 
-    def _claim_size(self) -> int:
+    def _claim_size(self, model: type[QueueMixin]) -> int:
+        size = self.batch_size or default_batch_size(model)
         left = self._quota_left()
-        return self.batch_size if left is None else min(self.batch_size, left)
+        return size if left is None else min(size, left)
 
     def _maybe_rescue(self) -> None:
         now = time.monotonic()
@@ -277,33 +312,52 @@ class Worker:
                 self._release(model, rows[start:], claim)
                 return
             done: list[QueueMixin] = []
+            failed: list[tuple[QueueMixin, BaseException]] = []
+            # One job per transaction needs no savepoint: if it fails, the whole transaction
+            # rolls back and the failure is recorded right after (the row is still ours).
+            single = len(chunk) == 1
+            lost_ids: set[Any] = set()
             try:
                 with transaction.atomic(using=using):
                     held = model.queue_queryset(using)._lock_held([r.pk for r in chunk], claim)
                     for row in chunk:
                         if row.pk not in held:
                             self._lost(row, claim)
+                            lost_ids.add(row.pk)
                             continue
-                        savepoint = transaction.savepoint(using=using)
+                        savepoint = None if single else transaction.savepoint(using=using)
                         error = self._call(row, claim)
                         if error is None:
-                            transaction.savepoint_commit(savepoint, using=using)
+                            if savepoint:
+                                transaction.savepoint_commit(savepoint, using=using)
                             done.append(row)
-                        else:
+                        elif savepoint:
                             transaction.savepoint_rollback(savepoint, using=using)
                             self._fail(row, error, claim)
+                        else:
+                            transaction.set_rollback(True, using=using)
+                            failed.append((row, error))
                     lost = record_successes(model, done, claim)
-                    self.stats.succeeded += len(done) - len(lost)
-                    self.stats.lost += len(lost)
-            except (OperationalError, InterfaceError):
-                raise  # the database is gone: nothing committed, leases bring the rows back
+            except OperationalError as exc:
+                if not is_transient_lock_error(exc, using):
+                    raise  # the database is gone: nothing committed, leases bring the rows back
+                # A deadlock or lock-wait timeout in a handler's writes: the group rolled back;
+                # a failed attempt each, retried by the policy.
+                logger.warning("worker %s: atomic group of %s hit %s", self.worker_id, model._meta.label, exc)
+                failed = [(row, exc) for row in chunk if row.pk not in lost_ids]
+            except InterfaceError:
+                raise
             except DatabaseError as exc:
-                # e.g. a deadlock in a handler's own writes: the whole group rolled back.
+                # e.g. a deferred constraint failing at commit: the whole group rolled back.
                 logger.warning(
                     "worker %s: atomic group of %s rolled back: %s", self.worker_id, model._meta.label, exc
                 )
-                for row in chunk:
-                    self._fail(row, exc, claim)
+                failed = [(row, exc) for row in chunk if row.pk not in lost_ids]
+            else:
+                self.stats.succeeded += len(done) - len(lost)
+                self.stats.lost += len(lost)
+            for row, error in failed:
+                self._fail(row, error, claim)
 
     def _call(self, row: QueueMixin, claim: Claim) -> BaseException | None:
         """Run one handler; return what it raised (None on success)."""
@@ -453,10 +507,18 @@ class _LeaseKeeper:
 
     def _run(self) -> None:
         next_renewal: dict[int, float] = {}
+        next_heartbeat = time.monotonic() + settings.HEARTBEAT_INTERVAL
         try:
             while not self._stop.wait(0.1):
                 self._watch_timeout()
                 now = time.monotonic()
+                if now >= next_heartbeat and self.worker._registry_db:
+                    next_heartbeat = now + settings.HEARTBEAT_INTERVAL
+                    try:
+                        registry.heartbeat(self.worker.worker_id, self.worker._registry_db)
+                    except DatabaseError as exc:
+                        logger.warning("heartbeat of %s failed: %s", self.worker.worker_id, exc)
+                        self.worker._close_connections()
                 with self._lock:
                     held = [(m, c, list(ids)) for m, c, ids in self._held.values() if ids]
                 for model, claim, ids in held:
@@ -504,8 +566,15 @@ class _LeaseKeeper:
 
 
 def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None) -> None:
-    """Fail fast, with the fix in the message, when a queue table was never migrated."""
-    for model in models:
+    """Fail fast, with the fix in the message, when a queue table (or one of the tables this
+    app writes beside it) was never migrated."""
+    from .history import QueueAttempt, history_enabled
+    from .registry import WorkerProcess
+
+    needed: list[type] = [*models, WorkerProcess]
+    if any(history_enabled(model) for model in models):
+        needed.append(QueueAttempt)
+    for model in needed:
         using = database or router.db_for_write(model) or DEFAULT_DB_ALIAS
         if model._meta.db_table not in connections[using].introspection.table_names():
             raise ImproperlyConfigured(
@@ -516,3 +585,14 @@ def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None
 
 def has_queue_column(model: type[QueueMixin]) -> bool:
     return any(f.name == "queue" for f in model._meta.concrete_fields)
+
+
+def default_batch_size(model: type[QueueMixin]) -> int:
+    """Rows claimed at once when --batch-size is not given.
+
+    Lease mode writes a batch's successes in one statement, so big batches pay. Atomic mode
+    commits once per group anyway; claiming many more rows than a group only lets one worker
+    sit on rows that idle workers could run (and makes a slow tail at the end of a drain)."""
+    if model.queue_atomic:
+        return max(10, int(getattr(model, "queue_atomic_group", 1) or 1))
+    return settings.BATCH_SIZE

@@ -107,6 +107,24 @@ class Ticket(QueueMixin):
         self.save()
 
 
+class Noop(QueueMixin):
+    """A handler that does nothing: what is left is the queue's own cost."""
+
+    payload = models.CharField(max_length=50, blank=True, default="")
+
+    def process(self) -> None:
+        pass
+
+
+class AtomicNoop(Noop):
+    """A proxy: same table, atomic mode (and its plain Meta must not trip the index check)."""
+
+    queue_atomic = True
+
+    class Meta:
+        proxy = True
+
+
 # -- chaos suite (tests/chaos) ------------------------------------------------------------
 
 

@@ -3,10 +3,7 @@ in small batches by primary key, so the hot tables stay small without long locks
 
 from __future__ import annotations
 
-import argparse
-import re
 import time
-from datetime import timedelta
 from typing import Any
 
 from django.apps import apps
@@ -14,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router, transaction
 
 from django_dbqueue.history import QueueAttempt
+from django_dbqueue.management.arguments import duration, whole_number
 from django_dbqueue.messages import ArchivedMessage, Message
 from django_dbqueue.query import db_now_plus
 from django_dbqueue.states import QueueState
@@ -21,25 +19,7 @@ from django_dbqueue.task_records import TaskRecord
 
 #: Models whose rows belong to the queue itself. Domain rows (an Order) are never deleted.
 OWNED = (Message, TaskRecord)
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
-UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def duration(value: str) -> timedelta:
-    match = DURATION.match(value.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{value!r}: use a number with s, m, h, d or w (e.g. 7d, 12h)")
-    return timedelta(seconds=float(match.group(1)) * UNITS[match.group(2)])
-
-
-def batch_size(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if not 1 <= number <= 100_000:
-        raise argparse.ArgumentTypeError("must be between 1 and 100000")
-    return number
+batch_size = whole_number(1, 100_000)
 
 
 class Command(BaseCommand):

@@ -15,6 +15,7 @@ from django.db import connections
 
 from django_dbqueue.conf import settings
 from django_dbqueue.handlers import NAME
+from django_dbqueue.management.arguments import positive_seconds, whole_number
 from django_dbqueue.models import QueueMixin, queue_models
 from django_dbqueue.supervisor import Supervisor
 from django_dbqueue.worker import has_queue_column
@@ -22,24 +23,7 @@ from django_dbqueue.worker import has_queue_column
 WORKER_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
 
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
-
-
-def positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
-    return seconds
+positive_int = whole_number(1)
 
 
 def worker_id(value: str) -> str:
@@ -91,7 +75,7 @@ class Command(BaseCommand):
             "--batch-size",
             type=positive_int,
             default=None,
-            help=f"Rows claimed at once (default {settings.BATCH_SIZE}).",
+            help=f"Rows claimed at once (default {settings.BATCH_SIZE}; atomic models: 10 or their group).",
         )
         parser.add_argument(
             "--burst",
