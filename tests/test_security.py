@@ -4,7 +4,8 @@
 ``ast``: every call that hands SQL text to the database (``cursor.execute``/``executemany``/
 ``executescript``/``callproc``, ``Manager.raw``, ``QuerySet.extra``, ``RawSQL``) must get text
 that is not assembled with f-strings, ``%``, ``+`` or ``.format()`` — except around
-identifiers quoted by ``quote_name()``. Values travel as parameters.
+identifiers quoted by ``quote_name()`` and module constants bound to a string literal. Values
+travel as parameters.
 """
 
 from __future__ import annotations
@@ -27,18 +28,23 @@ def _is_quoted_identifier(node: ast.AST) -> bool:
     )
 
 
-def _formatted(node: ast.AST) -> bool:
-    """Text assembled from values: an f-string with a non-identifier placeholder, ``%``,
+def _safe_placeholder(node: ast.AST, constants: frozenset[str]) -> bool:
+    """An identifier quoted by quote_name(), or a module constant bound to a string literal."""
+    return _is_quoted_identifier(node) or (isinstance(node, ast.Name) and node.id in constants)
+
+
+def _formatted(node: ast.AST, constants: frozenset[str] = frozenset()) -> bool:
+    """Text assembled from values: an f-string with a placeholder that is not safe, ``%``,
     ``+`` of strings, or ``.format()``."""
     if isinstance(node, ast.JoinedStr):
         return any(
-            isinstance(part, ast.FormattedValue) and not _is_quoted_identifier(part.value)
+            isinstance(part, ast.FormattedValue) and not _safe_placeholder(part.value, constants)
             for part in node.values
         )
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
         sides = (node.left, node.right)
         return any(isinstance(s, (ast.Constant, ast.JoinedStr)) and _stringish(s) for s in sides) or any(
-            _formatted(s) for s in sides
+            _formatted(s, constants) for s in sides
         )
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
         return True
@@ -51,12 +57,23 @@ def _stringish(node: ast.AST) -> bool:
 
 def formatted_sql_calls(source: str, filename: str = "<source>") -> list[str]:
     tree = ast.parse(source, filename)
+    constants = frozenset(
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name) and target.id.isupper()
+    )
     # Names bound by formatting anywhere in the module (assignments are checked by name:
     # conservative, a formatted value under a reused name is still reported).
     formatted_names = {
         target.id
         for node in ast.walk(tree)
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _formatted(node.value)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and node.value is not None
+        and _formatted(node.value, constants)
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(target, ast.Name)
     }
@@ -74,7 +91,7 @@ def formatted_sql_calls(source: str, filename: str = "<source>") -> list[str]:
         for arg in args:
             candidates = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
             for sql in candidates:
-                if _formatted(sql) or (isinstance(sql, ast.Name) and sql.id in formatted_names):
+                if _formatted(sql, constants) or (isinstance(sql, ast.Name) and sql.id in formatted_names):
                     found.append(f"{filename}:{node.lineno}: {name}() gets SQL built by formatting")
     return found
 
@@ -93,7 +110,9 @@ def f(cursor, table, pk, Model):
     RawSQL("id = %s" % pk, [])
 """
     good = """
+CHANNEL = "dbqueue"
 def f(cursor, connection, pk, Model, query):
+    cursor.execute(f"LISTEN {CHANNEL}")
     cursor.execute("DELETE FROM x WHERE id = %s", [pk])
     cursor.execute(f"UPDATE {connection.ops.quote_name(Model._meta.db_table)} SET a = %s", [pk])
     for sql, params in query.get_compiler(using="default").as_sql():
