@@ -15,6 +15,7 @@ EXAMPLE_DB ?=
 help:
 	@echo "make example   - set up and run the example shop end to end (SQLite; DATABASE_URL=... for others)"
 	@echo "make test      - the whole test suite on MariaDB, PostgreSQL and SQLite (+ lint, checks)"
+	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
 
 # -- environment ----------------------------------------------------------------------------
@@ -59,6 +60,11 @@ test-django52: venv services
 	.venv-django52/bin/pip install -q -e '.[dev]' 'Django>=5.2,<5.3'
 	DATABASE_URL=$(SQLITE_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes and not spark and not browser" --ignore=tests/chaos
 	DATABASE_URL=$(MARIADB_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes and not spark and not browser" --ignore=tests/chaos
+
+# The long chaos run: it starts its own MariaDB server (never the shared one) and prints the
+# results table (RELIABILITY.md). The quick variant is tests/chaos/test_chaos_quick.py.
+chaos: venv
+	$(PY) -m tests.chaos --long --json tests/chaos/last-long-run.json
 
 # -- example --------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
 from .exceptions import JobTimeout, LeaseLost
@@ -34,6 +35,9 @@ logger = logging.getLogger("django_dbqueue.supervisor")
 
 #: Exit code of a child whose handler would not stop at its timeout.
 EXIT_HARD_TIMEOUT = 75
+#: Exit code of a child that found the setup unusable (a queue table is missing): replacing
+#: it would only crash again, so the supervisor stops with the child's message.
+EXIT_CONFIG = 78
 
 
 @dataclass
@@ -64,6 +68,7 @@ class Supervisor:
         self.totals = WorkerStats()
         self.stopping = False
         self.failures = 0
+        self.fatal: str | None = None
 
     # -- children --------------------------------------------------------------------------
 
@@ -77,6 +82,10 @@ class Supervisor:
             code = 1
             try:
                 code = self._child_main(index, writer)
+            except ImproperlyConfigured as exc:
+                logger.error("worker process %d stopped: %s", index, exc)
+                os.write(writer, (json.dumps({"fatal": str(exc)}) + "\n").encode())
+                code = EXIT_CONFIG
             except BaseException:
                 logger.exception("worker process %d crashed", index)
             finally:
@@ -125,6 +134,8 @@ class Supervisor:
                 signal.signal(sig, handler)
             if bar is not None:
                 bar.close()
+        if self.fatal:
+            raise ImproperlyConfigured(self.fatal)
         return self.totals
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -163,6 +174,8 @@ class Supervisor:
                 child.stats = message["stats"]
             if "hard_timeout" in message:
                 child.timeouts.append(message["hard_timeout"])
+            if "fatal" in message:
+                self.fatal = message["fatal"]
 
     def _reap(self) -> None:
         for pid in list(self.children):
@@ -184,6 +197,11 @@ class Supervisor:
             for report in child.timeouts:
                 self._record_hard_timeout(report)
             code = os.waitstatus_to_exitcode(status)
+            if code == EXIT_CONFIG and self.fatal and not self.stopping:
+                logger.error("stopping all worker processes: %s", self.fatal)
+                self.stopping = True
+                for pid in self.children:
+                    _kill(pid, signal.SIGTERM)
             if code == 0 or self.stopping:
                 continue
             self.failures += 1

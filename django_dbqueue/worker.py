@@ -200,6 +200,7 @@ class Worker:
                 )
                 self._close_connections()
                 self._stopping.wait(pause)
+                self._check_tables_after_error()
                 continue
             if self._quota_left() == 0 or self._fatal is not None:
                 break
@@ -250,6 +251,14 @@ class Worker:
         self._next_rescue = now + settings.RESCUE_INTERVAL
         for model in self.models:
             self.stats.rescued += model.queue_queryset(self.db_for(model)).rescue_expired()
+
+    def _check_tables_after_error(self) -> None:
+        """A queue table that is gone is a setup error, not an outage (SQLite reports it as
+        an OperationalError): raise ImproperlyConfigured instead of reconnecting forever."""
+        try:
+            check_tables(self.models, self.database)
+        except (OperationalError, InterfaceError):
+            pass  # the database is still unreachable: keep waiting for it
 
     @staticmethod
     def _close_connections() -> None:

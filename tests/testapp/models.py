@@ -123,3 +123,132 @@ class AtomicNoop(Noop):
 
     class Meta:
         proxy = True
+
+
+# -- chaos suite (tests/chaos) ------------------------------------------------------------
+
+
+class ChaosBatch(models.Model):
+    """One publisher batch, inserted in the same transaction as its rows: after a database
+    fault the publisher knows whether the batch committed, and the suite knows how many rows
+    must exist in the end."""
+
+    model = models.CharField(max_length=50)
+    number = models.IntegerField()
+    size = models.IntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["model", "number"], name="chaos_batch_once")]
+
+
+class ChaosLedger(models.Model):
+    """One row per handler run of a chaos row (``kind`` is 'lease' or 'atomic')."""
+
+    kind = models.CharField(max_length=10)
+    job_id = models.BigIntegerField()
+    attempt = models.IntegerField()
+    pid = models.IntegerField()
+    worker = models.CharField(max_length=255, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "job_id", "attempt"], name="chaos_ledger_one_run_per_attempt"
+            )
+        ]
+
+
+class ChaosArchive(models.Model):
+    """What the suite's purge deleted: finished rows, their state and attempts."""
+
+    kind = models.CharField(max_length=10)
+    job_id = models.BigIntegerField()
+    state = models.CharField(max_length=16)
+    attempts = models.IntegerField()
+    fail_times = models.IntegerField()
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "job_id"], name="chaos_archive_once")]
+
+
+class ChaosRow(QueueMixin):
+    """A chaos work item: sleeps ``sleep`` s, writes its ledger row, fails ``fail_times``
+    times (a poison row fails every time and must end FAILED with its reason)."""
+
+    batch = models.IntegerField(default=0, db_index=True)
+    sleep = models.FloatField(default=0)
+    fail_times = models.IntegerField(default=0)
+
+    # Enough attempts that kills and restarts never use them up; short delays.
+    queue_retry = ExponentialBackoff(base=0.1, factor=2, max_delay=1, max_attempts=12, jitter=0)
+    chaos_kind = ""
+
+    class Meta(QueueMixin.Meta):
+        abstract = True
+
+    def process(self) -> None:
+        if self.sleep:
+            time.sleep(self.sleep)
+        ChaosLedger.objects.create(
+            kind=self.chaos_kind,
+            job_id=self.pk,
+            attempt=self.queue_attempts,
+            pid=os.getpid(),
+            worker=self.queue_locked_by or "",
+        )
+        if self.queue_attempts <= self.fail_times:
+            raise ValueError(f"planned failure on attempt {self.queue_attempts}")
+
+
+class ChaosLeaseJob(ChaosRow):
+    """Lease mode: at-least-once (re-runs allowed only after a kill or a lost lease)."""
+
+    chaos_kind = "lease"
+
+
+class ChaosAtomicJob(ChaosRow):
+    """Atomic mode, four handlers per transaction: the ledger row commits with the outcome."""
+
+    chaos_kind = "atomic"
+    queue_atomic = True
+    queue_atomic_group = 4
+
+
+class HostileBase(QueueMixin):
+    """Bad input for the worker: handlers that raise BaseException subclasses, delete their
+    own row, or read a payload they cannot use."""
+
+    action = models.CharField(max_length=20, default="ok")
+    data = models.JSONField(null=True, blank=True)
+
+    queue_retry = ExponentialBackoff(base=0.05, factor=2, max_delay=0.2, max_attempts=2, jitter=0)
+
+    class Meta(QueueMixin.Meta):
+        abstract = True
+
+    def process(self) -> None:
+        Ledger.objects.create(kind=type(self).__name__, job_id=self.pk, attempt=self.queue_attempts)
+        if self.action == "exit":
+            raise SystemExit(3)
+        if self.action == "interrupt":
+            raise KeyboardInterrupt
+        if self.action in ("delete", "delete-then-fail"):
+            # The application deletes the row while the worker holds its claim.
+            type(self).objects.filter(pk=self.pk).delete()
+            if self.action == "delete-then-fail":
+                raise ValueError("failed after the row was deleted")
+        if self.action == "payload":
+            # A handler that trusts its JSON: data must be an object with an integer "n".
+            if not isinstance(self.data, dict) or not isinstance(self.data.get("n"), int):
+                raise Discard(f"unusable payload: {str(self.data)[:100]!r}")
+
+
+class HostileJob(HostileBase):
+    """Lease mode."""
+
+
+class HostileAtomicJob(HostileBase):
+    """Atomic mode: the handler's writes and the outcome commit together."""
+
+    queue_atomic = True

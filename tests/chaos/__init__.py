@@ -1,0 +1,1 @@
+"""Fault-injection suite: real runqueue processes, a private MariaDB, kills and restarts."""

@@ -1,0 +1,30 @@
+"""Settings of the chaos suite's processes: the private MariaDB of ``CHAOS_DATABASE_URL``."""
+
+from __future__ import annotations
+
+import os
+
+import dj_database_url
+
+from tests.settings import *  # noqa: F403
+
+DATABASES = {"default": dj_database_url.parse(os.environ["CHAOS_DATABASE_URL"], conn_max_age=0)}
+DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4", "connect_timeout": 5}
+
+# Rescue often and flush often: kills and restarts should cost seconds, not minutes.
+DBQUEUE_RESCUE_INTERVAL = 0.5
+DBQUEUE_FLUSH_INTERVAL = 0.5
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"django_dbqueue": {"handlers": ["console"], "level": "INFO"}},
+}
+
+if os.environ.get("CHAOS_CLOCK_OFFSET"):
+    # This process plays a host whose wall clock is hours off (tests/chaos/skew.py).
+    from tests.chaos.skew import apply
+
+    apply(os.environ["CHAOS_CLOCK_OFFSET"])

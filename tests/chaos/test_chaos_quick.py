@@ -1,0 +1,66 @@
+"""The quick chaos run (about 40 s) as a test: it fails if any counter is wrong.
+
+It owns a private MariaDB server (see ``tests/chaos/mariadb.py``), so it does not depend on
+the database under test; it runs once, in the MariaDB pass of ``make test``. The long run is
+``make chaos``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.chaos.harness import MUST_BE_ZERO, ROOT, problems, table
+from tests.chaos.mariadb import PrivateMariaDB
+
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.skipif(
+        not os.environ.get("DATABASE_URL", "").startswith("mysql"),
+        reason="owns a private MariaDB server: runs once, in the MariaDB pass (make test-mariadb)",
+    ),
+]
+
+
+def test_quick_chaos_run_loses_nothing_and_doubles_nothing() -> None:
+    workdir = f"/tmp/chaos-dbqueue-quick-{os.getpid()}"  # mysql must reach it: not tmp_path
+    if not PrivateMariaDB(ROOT / "unused").available:
+        pytest.skip("mariadbd / mariadb-install-db not installed (apt-get install mariadb-server)")
+    out = f"{workdir}.json"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.chaos", "--workdir", workdir, "--json", out],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert os.path.exists(out), proc.stdout[-3000:] + proc.stderr[-6000:]
+        with open(out) as f:
+            results = json.load(f)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if os.path.exists(out):
+            os.unlink(out)
+    report = table(results)
+    print(report)
+    counters = results["counters"]
+    assert not problems(results), report
+    assert all(counters[name] == 0 for name in MUST_BE_ZERO), report
+    assert proc.returncode == 0, report
+    # The faults really happened, and were survived.
+    events = results["events"]
+    assert events["SIGKILL worker process"] >= 5 and events["SIGKILL whole runqueue"] >= 1, report
+    assert events["database restart (SIGTERM)"] == 1 and events["KILL CONNECTION"] >= 1, report
+    assert results["recoveries"][0]["all_runqueues_back_s"] is not None, report
+    assert (
+        counters["lease: rows expected"]
+        == counters["lease: succeeded"] + counters["lease: poison rows FAILED with a reason"]
+    ), report
+    assert counters["outcomes recorded by clock-skewed workers"] > 0, report

@@ -1,0 +1,218 @@
+"""Bad input gets a clear error and loses nothing (DESIGN.md invariant 6).
+
+Extends tests/test_processes.py (arguments) and tests/test_worker.py / test_messages.py
+(in-process SystemExit, undecodable Message payloads, a missing table) with what they do not
+cover: more arguments, bad arguments typed on the command line, BaseException handlers in
+real ``runqueue`` processes, rows deleted while claimed, payloads that are too large or not
+usable by a QueueMixin handler, and a database that was never migrated.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from django_dbqueue.messages import Message
+from django_dbqueue.states import QueueState
+from django_dbqueue.worker import Worker
+from tests.testapp.models import HostileAtomicJob, HostileJob, Ledger
+
+# -- runqueue arguments ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--max-jobs", "0"], "at least 1"),
+        (["--concurrency", "2.5"], "not a whole number"),
+        (["--lease", "0"], "positive number of seconds"),
+        (["--lease", "inf"], "positive number of seconds"),
+        (["--poll-interval", "soon"], "not a number of seconds"),
+        (["--worker-id", ""], "letters, digits"),
+        (["--worker-id", "w" * 201], "letters, digits"),
+        (["--worker-id", "w'; DROP TABLE testapp_job; --"], "letters, digits"),
+        (["--worker-id", "<script>"], "letters, digits"),
+        (["--queue", "no spaces"], "letters, digits"),
+        (["--queue", "q" * 65], "letters, digits"),
+        (["--queue", "emails", "testapp.Job"], "has no 'queue' column"),
+        (["a.b.c"], "Unknown model 'a.b.c'"),
+        (["testapp.HostileBase"], "Unknown model"),  # abstract: not a registered model
+        (["django_dbqueue.QueueAttempt"], "not a concrete QueueMixin model"),
+        (["--bogus"], "unrecognized arguments"),
+    ],
+)
+def test_more_bad_arguments_give_a_command_error(args, message) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("runqueue", *args)
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--max-jobs", "0"], "must be at least 1"),
+        (["--worker-id", "bad id; drop"], "letters, digits"),
+        (["--bogus"], "unrecognized arguments"),
+    ],
+)
+def test_bad_options_typed_on_the_command_line_get_a_message_not_a_traceback(
+    start_worker, args, message
+) -> None:
+    worker = start_worker(*args)
+    assert worker.wait(timeout=60) != 0
+    assert message in worker.output and "Traceback" not in worker.output, worker.output
+
+
+# -- handlers that raise BaseException, in real processes ------------------------------------------
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("model", [HostileJob, HostileAtomicJob], ids=["lease", "atomic"])
+@pytest.mark.parametrize(
+    "action, reason",
+    [("exit", "SystemExit: 3"), ("interrupt", "KeyboardInterrupt")],
+    ids=["exit", "interrupt"],
+)
+def test_a_handler_raising_base_exceptions_fails_its_row_and_runqueue_goes_on(
+    start_worker, model, action, reason
+) -> None:
+    model.objects.bulk_create([model(action="ok") for _ in range(3)])
+    hostile = model.objects.create(action=action)
+    model.objects.bulk_create([model(action="ok") for _ in range(3)])
+    worker = start_worker(model._meta.label, "--burst", "--batch-size", "3")
+    assert worker.wait(timeout=120) == 0, worker.output
+    hostile.refresh_from_db()
+    assert hostile.queue_state == QueueState.FAILED and reason in hostile.queue_last_error
+    assert model.objects.filter(queue_state=QueueState.SUCCEEDED).count() == 6
+    # The worker process that ran it stopped (the handler asked to exit) and was replaced.
+    assert "stopped: a handler raised" in worker.output and "replacing it" in worker.output
+    ok_runs = Ledger.objects.filter(kind=model.__name__).exclude(job_id=hostile.pk)
+    assert ok_runs.count() == 6  # every other row ran once
+
+
+# -- the application deletes a claimed row ---------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("model", [HostileJob, HostileAtomicJob], ids=["lease", "atomic"])
+@pytest.mark.parametrize("action", ["delete", "delete-then-fail"])
+def test_a_row_deleted_while_claimed_is_a_logged_no_op(model, action, caplog) -> None:
+    before = model.objects.create(action="ok")
+    deleted = model.objects.create(action=action)
+    after = model.objects.create(action="ok")
+    with caplog.at_level(logging.WARNING, logger="django_dbqueue"):
+        stats = Worker(models=[model], burst=True, handle_signals=False, batch_size=3).run()
+    states = dict(model.objects.values_list("pk", "queue_state"))
+    assert states[before.pk] == states[after.pk] == QueueState.SUCCEEDED
+    if model.queue_atomic and action == "delete-then-fail":
+        # The failed handler's writes, its DELETE included, were rolled back: the row is
+        # still there with the reason, waiting for its retry (or FAILED once it had it).
+        deleted.refresh_from_db()
+        assert deleted.queue_state in (QueueState.READY, QueueState.FAILED)
+        assert "failed after the row was deleted" in deleted.queue_last_error
+    else:
+        assert deleted.pk not in states
+        assert stats.lost == 1
+        assert f"pk={deleted.pk}" in caplog.text and "outcome rejected" in caplog.text
+    assert stats.succeeded == 2
+
+
+# -- payloads ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stored_payload_over_the_size_limit_ends_failed_and_the_worker_goes_on(settings) -> None:
+    big = Message.objects.publish("test.echo", {"blob": "small"}).message
+    fine = Message.objects.publish("test.echo", {"ok": True}).message
+    settings.DBQUEUE_MAX_PAYLOAD_BYTES = 1000
+    # Written past publish() (by SQL, another tool, or before the limit was lowered).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {connection.ops.quote_name(Message._meta.db_table)} SET payload = %s WHERE id = %s",
+            ['{"blob": "' + "x" * 5000 + '"}', big.pk],
+        )
+    stats = Worker(models=[Message], burst=True, handle_signals=False).run()
+    big.refresh_from_db()
+    fine.refresh_from_db()
+    assert big.queue_state == QueueState.FAILED and big.queue_attempts == 1
+    assert "over DBQUEUE_MAX_PAYLOAD_BYTES" in big.queue_last_error
+    assert fine.queue_state == QueueState.SUCCEEDED and stats.succeeded == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_mixin_json_field_holding_garbage_ends_failed_with_the_reason() -> None:
+    if not (connection.vendor == "mysql" and connection.mysql_is_mariadb):
+        pytest.skip("needs MariaDB, whose JSON check constraint can be dropped")
+    bad = HostileJob.objects.create(action="payload", data={"n": 1})
+    wrong_type = HostileJob.objects.create(action="payload", data={"n": "one"})
+    fine = HostileJob.objects.create(action="payload", data={"n": 2})
+    table = HostileJob._meta.db_table
+
+    def execute(sql: str, params: list | None = None) -> None:
+        with connection.cursor() as cursor:  # a fresh cursor: the worker closes connections
+            cursor.execute(sql, params)
+
+    # A table altered by other tooling: the JSON_VALID check is gone and garbage got in.
+    execute(f"ALTER TABLE {table} MODIFY data LONGTEXT NULL")
+    try:
+        execute(f"UPDATE {table} SET data = %s WHERE id = %s", ["{not json", bad.pk])
+        Worker(models=[HostileJob], burst=True, handle_signals=False).run()
+        rows = {
+            pk: (state, error)
+            for pk, state, error in HostileJob.objects.values_list("pk", "queue_state", "queue_last_error")
+        }
+    finally:
+        execute(f"DELETE FROM {table}")
+        execute(f"ALTER TABLE {table} MODIFY data LONGTEXT NULL CHECK (json_valid(data))")
+    assert rows[fine.pk][0] == QueueState.SUCCEEDED
+    assert rows[bad.pk][0] == QueueState.FAILED and "unusable payload: '{not json'" in rows[bad.pk][1]
+    assert rows[wrong_type.pk][0] == QueueState.FAILED and "unusable payload" in rows[wrong_type.pk][1]
+
+
+# -- a database that was never migrated -------------------------------------------------------------
+
+
+@pytest.mark.processes
+def test_runqueue_on_a_database_without_the_tables_stops_with_a_message(start_worker, tmp_path) -> None:
+    empty = tmp_path / "never-migrated.sqlite3"
+    empty.touch()
+    started = time.monotonic()
+    worker = start_worker(
+        "testapp.Job",
+        "--concurrency",
+        "2",
+        extra_env={"DATABASE_URL": f"sqlite:///{empty}", "DBQUEUE_TEST_DB_NAME": str(empty)},
+    )
+    assert worker.wait(timeout=60) == 1
+    assert time.monotonic() - started < 30  # no retry loop
+    assert "the table 'testapp_job' of testapp.Job does not exist" in worker.output
+    assert "run 'manage.py migrate'" in worker.output and "Traceback" not in worker.output
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_runqueue_stops_with_a_message_when_a_queue_table_disappears_while_it_runs(start_worker) -> None:
+    # e.g. `migrate testapp zero` run against a live deployment: the workers must not be
+    # replaced forever, each crashing on the missing table.
+    from tests.conftest import wait_until
+    from tests.testapp.models import Job
+
+    Job.objects.create(name="first")
+    worker = start_worker("testapp.Job", "--poll-interval", "0.1")
+    assert wait_until(lambda: Ledger.objects.filter(kind="Job").exists(), timeout=30)
+    with connection.schema_editor() as editor:
+        editor.delete_model(Job)
+    try:
+        started = time.monotonic()
+        assert worker.wait(timeout=60) == 1
+        assert time.monotonic() - started < 30
+    finally:
+        with connection.schema_editor() as editor:
+            editor.create_model(Job)
+    assert "the table 'testapp_job' of testapp.Job does not exist" in worker.output, worker.output
+    assert worker.output.count("replacing it") <= 1, worker.output
