@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin
@@ -35,6 +35,8 @@ logger = logging.getLogger("django_dbqueue.supervisor")
 
 #: Exit code of a child whose handler would not stop at its timeout.
 EXIT_HARD_TIMEOUT = 75
+#: Seconds a child must have lived for its death not to count as part of a crash loop.
+STABLE_AFTER = 60.0
 #: Exit code of a child that found the setup unusable (a queue table is missing): replacing
 #: it would only crash again, so the supervisor stops with the child's message.
 EXIT_CONFIG = 78
@@ -48,6 +50,7 @@ class _Child:
     buffer: bytes = b""
     stats: dict[str, int] = field(default_factory=dict)
     timeouts: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
 
 
 class Supervisor:
@@ -68,6 +71,8 @@ class Supervisor:
         self.totals = WorkerStats()
         self.stopping = False
         self.failures = 0
+        #: Worker slots waiting to be replaced: index -> monotonic time due.
+        self.restarts: dict[int, float] = {}
         self.fatal: str | None = None
 
     # -- children --------------------------------------------------------------------------
@@ -119,14 +124,17 @@ class Supervisor:
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        check_tables(self.options.get("models") or [], self.options.get("database"))
-        bar = self._progress_bar()
+        bar = None
         try:
+            if not self._wait_for_database():
+                return self.totals
+            bar = self._progress_bar()
             for index in range(self.concurrency):
                 self._spawn(index)
-            while self.children:
+            while self.children or self.restarts:
                 self._read_pipes(timeout=0.2)
                 self._reap()
+                self._restart_due()
                 if bar is not None:
                     bar.refresh_from_db()
         finally:
@@ -204,14 +212,42 @@ class Supervisor:
                     _kill(pid, signal.SIGTERM)
             if code == 0 or self.stopping:
                 continue
+            # Back off while children keep dying young; one that ran a while was not a
+            # crash loop, so the count starts over.
+            if time.monotonic() - child.started >= STABLE_AFTER:
+                self.failures = 0
             self.failures += 1
             pause = min(0.5 * 2 ** min(self.failures, 5), 15.0)
             logger.warning(
                 "worker process %d exited with %s; replacing it in %.1fs", child.index, code, pause
             )
-            time.sleep(pause)
-            if not self.stopping:
-                self._spawn(child.index)
+            # Scheduled, not slept: the other children's pipes and exits are served meanwhile.
+            self.restarts[child.index] = time.monotonic() + pause
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for index, due in list(self.restarts.items()):
+            if self.stopping:
+                self.restarts.clear()
+                return
+            if now >= due:
+                del self.restarts[index]
+                self._spawn(index)
+
+    def _wait_for_database(self) -> bool:
+        """Check the tables before starting workers; while the database does not answer,
+        wait for it (a deploy may start workers before the database is up)."""
+        pause = 0.5
+        while not self.stopping:
+            try:
+                check_tables(self.options.get("models") or [], self.options.get("database"))
+                return True
+            except (OperationalError, InterfaceError) as exc:
+                logger.warning("waiting for the database (%s); retrying in %.0fs", exc, pause)
+                connections.close_all()
+                time.sleep(pause)
+                pause = min(pause * 2, 15.0)
+        return False
 
     def _record_hard_timeout(self, report: dict[str, Any]) -> None:
         """The child is gone, so are its locks: record the attempt as timed out (fenced)."""

@@ -291,6 +291,11 @@ class Worker:
             if self.stopping or self._fatal is not None:
                 self._release(model, rows[index:], claim)
                 break
+            if self._keeper.is_lost(claim, row.pk):
+                # Its lease ran out while we were held up (a stall, a frozen process) and
+                # another worker has it now: running it here would only be a duplicate.
+                self._lost(row, claim)
+                continue
             error = self._call(row, claim)
             if error is None:
                 done.append(row)
@@ -477,6 +482,7 @@ class _LeaseKeeper:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self._held: dict[int, tuple[type[QueueMixin], Claim, set[Any]]] = {}
+        self._lost: dict[int, set[Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -504,6 +510,20 @@ class _LeaseKeeper:
     def drop(self, claim: Claim) -> None:
         with self._lock:
             self._held.pop(claim.token, None)
+            self._lost.pop(claim.token, None)
+
+    def lost(self, claim: Claim, ids: set[Any]) -> None:
+        """Rows of this claim that were rescued and taken by someone else."""
+        if ids:
+            with self._lock:
+                self._lost.setdefault(claim.token, set()).update(ids)
+                entry = self._held.get(claim.token)
+                if entry:
+                    entry[2].difference_update(ids)
+
+    def is_lost(self, claim: Claim, pk: Any) -> bool:
+        with self._lock:
+            return pk in self._lost.get(claim.token, ())
 
     def _run(self) -> None:
         next_renewal: dict[int, float] = {}
@@ -530,7 +550,13 @@ class _LeaseKeeper:
                         continue
                     next_renewal[claim.token] = now + claim.lease.total_seconds() / 3
                     try:
-                        model.queue_queryset(claim.using)._renew(ids, claim)
+                        qs = model.queue_queryset(claim.using)
+                        missing = set(ids) - qs._renew(ids, claim)
+                        if missing:
+                            # Renewal skips rows locked this instant (an admin's bulk update);
+                            # only those no longer carrying our token are really gone.
+                            mine = set(qs._fenced(missing, claim.token).values_list("pk", flat=True))
+                            self.lost(claim, missing - mine)
                     except DatabaseError as exc:
                         logger.warning(
                             "lease renewal of %d %s row(s) failed: %s", len(ids), model._meta.label, exc

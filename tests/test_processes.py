@@ -232,3 +232,18 @@ def test_burst_shows_a_progress_bar_on_a_terminal(start_worker) -> None:
     text = output.decode(errors="replace")
     assert "draining" in text and "300/300" in text, text[-2000:]
     assert states(Job) == {"succeeded": 300}
+
+
+def test_runqueue_waits_for_a_database_that_is_not_up_yet(start_worker) -> None:
+    from django.db import connection
+
+    if connection.vendor != "mysql":
+        pytest.skip("points the worker at a MySQL port where nothing listens")
+    # Nothing listens on this port: like a deploy that starts workers before the database.
+    down = {"DATABASE_URL": "mysql://root@127.0.0.1:3399/nowhere", "DBQUEUE_TEST_DB_NAME": "nowhere"}
+    worker = start_worker("testapp.Job", extra_env=down)
+    time.sleep(3)
+    assert worker.proc.poll() is None  # still waiting, not crashed
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    assert "waiting for the database" in worker.output and "Traceback" not in worker.output

@@ -229,3 +229,23 @@ def test_postgresql_notify_wakes_an_idle_worker_at_once() -> None:
         thread.join(timeout=20)
     # Polling alone would take up to 5 s here.
     assert pickup < 1.0, pickup
+
+
+def test_a_lease_mode_worker_skips_rows_it_learns_it_lost() -> None:
+    jobs = Job.objects.bulk_create([Job(name=str(i), sleep=0.4) for i in range(6)])
+    worker = Worker(models=[Job], batch_size=6, lease=1.2, handle_signals=False)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert wait_until(lambda: Ledger.objects.count() >= 1, timeout=10)
+        # As if the lease had run out and another worker had rescued and claimed the tail.
+        stolen = [job.pk for job in jobs[3:]]
+        Job.objects.filter(pk__in=stolen).update(queue_token=12345)
+        assert wait_until(lambda: not thread.is_alive() or worker.stats.lost >= 3, timeout=15)
+    finally:
+        worker.stop()
+        thread.join(timeout=20)
+    ran = set(Ledger.objects.values_list("job_id", flat=True))
+    assert not ran & set(stolen)  # none of the lost rows ran here
+    assert worker.stats.lost == 3
+    assert Job.objects.filter(pk__in=stolen, queue_token=12345).count() == 3  # and none was overwritten
