@@ -60,6 +60,22 @@ test-django52: venv services
 	DATABASE_URL=$(SQLITE_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow" --ignore=tests/chaos
 	DATABASE_URL=$(MARIADB_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes" --ignore=tests/chaos
 
+# -- benchmarks -----------------------------------------------------------------------------
+# The peers get their own virtualenv (they are not dependencies of django_dbqueue).
+
+BENCH_VENV ?= bench/.venv-peers
+
+$(BENCH_VENV)/.installed: bench/requirements.txt
+	@bash scripts/make-venv.sh $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q -r bench/requirements.txt
+	@touch $@
+
+bench: venv services $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python bench/run.py
+
+bench-quick: venv services $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python bench/run.py --quick
+
 # -- example --------------------------------------------------------------------------------
 
 example: venv
