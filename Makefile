@@ -37,7 +37,7 @@ services:
 test: venv services lint check test-mariadb test-postgresql test-sqlite test-django52
 
 lint: venv
-	$(VENV)/bin/ruff check django_dbqueue tests example_project bench
+	$(VENV)/bin/ruff check django_dbqueue tests example_project $(wildcard bench)
 
 check: venv
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m django check --settings tests.settings --fail-level WARNING

@@ -22,7 +22,11 @@ class Ledger(models.Model):
     pid = models.IntegerField(default=os.getpid)
 
     class Meta:
-        indexes = [models.Index(fields=["kind", "job_id"])]
+        # A handler run is (row, attempt): the same attempt recorded twice would mean two
+        # live claims held the row at once.
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "job_id", "attempt"], name="ledger_one_run_per_attempt")
+        ]
 
 
 class Behaviour(QueueMixin):

@@ -1,0 +1,62 @@
+"""A shop whose orders are their own queue: each Order row is fulfilled by ``process()``."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+
+from django_dbqueue.exceptions import Discard
+from django_dbqueue.models import QueueMixin
+from django_dbqueue.retry import ExponentialBackoff
+
+
+class PaymentDeclined(Exception):
+    """A transient failure: the payment provider said no, try again later."""
+
+
+class Customer(models.Model):
+    name = models.CharField(max_length=100)
+    country = models.CharField(max_length=2, default="DE")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Order(QueueMixin):
+    customer = models.ForeignKey(Customer, on_delete=models.CASCADE, related_name="orders")
+    total = models.DecimalField(max_digits=10, decimal_places=2)
+    status = models.CharField(max_length=20, default="new")
+    created = models.DateTimeField(auto_now_add=True)
+
+    # The invoice and the status change commit with the queue outcome, exactly once.
+    queue_atomic = True
+    # Demo-fast retries: 0.2 s, 0.4 s, then give up (FAILED, reason kept).
+    queue_retry = ExponentialBackoff(base=0.2, factor=2, max_delay=5, max_attempts=3)
+
+    class Meta(QueueMixin.Meta):
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"Order {self.pk} ({self.customer_id}, {self.total})"
+
+    def process(self) -> None:
+        # Big orders of one customer are declined on their first attempt: they show retries.
+        if self.total >= Decimal("950") and self.queue_attempts == 1:
+            raise PaymentDeclined(f"card declined for {self.total}; will retry")
+        # An order to a blocked country can never succeed: Discard ends it FAILED at once,
+        # with the reason kept for the operator.
+        if self.customer.country == "XX":
+            raise Discard(f"cannot ship to country {self.customer.country!r}")
+        Invoice.objects.create(order=self, amount=(self.total * Decimal("1.19")).quantize(Decimal("0.01")))
+        self.status = "fulfilled"
+        self.save()  # writes domain fields only; the queue columns belong to the worker
+
+
+class Invoice(models.Model):
+    order = models.OneToOneField(Order, on_delete=models.CASCADE)
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    issued = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Invoice for order {self.order_id}: {self.amount}"

@@ -1,0 +1,179 @@
+"""Real ``runqueue`` processes against the real database: concurrency, crashes, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db.models import Count
+
+from django_dbqueue.states import QueueState
+from tests.conftest import skip_on_sqlite, wait_until
+from tests.testapp.models import AtomicJob, Job, Ledger, TimeoutJob
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+
+
+def runs_per_row(model) -> dict[int, int]:
+    rows = Ledger.objects.filter(kind=model.__name__).values("job_id").annotate(n=Count("id"))
+    return {row["job_id"]: row["n"] for row in rows}
+
+
+def states(model) -> dict[str, int]:
+    rows = model.objects.values("queue_state").annotate(n=Count("pk"))
+    return {row["queue_state"]: row["n"] for row in rows}
+
+
+def test_four_processes_drain_20000_rows_each_exactly_once(start_worker) -> None:
+    Job.objects.bulk_create([Job(name=str(i)) for i in range(20_000)], batch_size=5000)
+    worker = start_worker("testapp.Job", "--concurrency", "4", "--batch-size", "50", "--burst")
+    assert worker.wait(timeout=300) == 0, worker.output
+    assert states(Job) == {"succeeded": 20_000}
+    ran = runs_per_row(Job)
+    assert len(ran) == 20_000 and set(ran.values()) == {1}
+    # All four processes took part (pids recorded by the handlers).
+    assert Ledger.objects.values("pid").distinct().count() == 4
+    assert "20000 succeeded" in worker.output
+
+
+@pytest.mark.parametrize("model", [Job, AtomicJob], ids=["lease", "atomic"])
+def test_sigkill_mid_batch_loses_nothing(start_worker, model) -> None:
+    model.objects.bulk_create([model(name=str(i), sleep=0.02) for i in range(300)])
+    first = start_worker(model._meta.label, "--concurrency", "2", "--batch-size", "40", "--lease", "1")
+    assert wait_until(lambda: Ledger.objects.count() >= 60, timeout=60)
+    first.kill_all()
+    first.wait()
+    stuck = model.objects.filter(queue_state=QueueState.RUNNING).count()
+    assert stuck > 0  # killed mid-batch: claimed rows were left RUNNING
+    time.sleep(1.2)  # the lease runs out; the next worker's rescue returns the rows
+    second = start_worker(model._meta.label, "--concurrency", "2", "--batch-size", "40", "--burst")
+    assert second.wait(timeout=180) == 0, second.output
+    assert states(model) == {"succeeded": 300}
+    ran = runs_per_row(model)
+    assert len(ran) == 300
+    if model.queue_atomic:
+        # The handler's write commits with the outcome: the killed attempts left nothing.
+        assert set(ran.values()) == {1}
+    else:
+        # At-least-once: only rows held by the killed processes may have run twice.
+        assert sum(n - 1 for n in ran.values()) <= stuck
+    assert "rescued" in second.output
+
+
+def test_late_outcome_from_a_lost_claim_is_rejected(start_worker) -> None:
+    job = Job.objects.create(name="slow", sleep=1.5)
+    slow = start_worker("testapp.Job", "--lease", "1", "--batch-size", "1")
+    assert wait_until(lambda: Job.objects.filter(queue_state=QueueState.RUNNING).exists(), timeout=30)
+    [pid] = slow.worker_pids()
+    os.kill(pid, signal.SIGSTOP)  # frozen: it cannot renew its lease
+    try:
+        time.sleep(1.3)
+        other = start_worker("testapp.Job", "--burst", "--lease", "30")
+        assert other.wait(timeout=60) == 0, other.output
+        job.refresh_from_db()
+        assert job.queue_state == QueueState.SUCCEEDED
+        winner = job.queue_token
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert wait_until(lambda: Ledger.objects.filter(job_id=job.pk).count() == 2, timeout=30)
+    time.sleep(0.5)
+    slow.signal(signal.SIGTERM)
+    assert slow.wait(timeout=30) == 0
+    assert "late outcome rejected" in slow.output
+    job.refresh_from_db()
+    assert (job.queue_state, job.queue_token) == (QueueState.SUCCEEDED, winner)
+
+
+@skip_on_sqlite  # one writer: the frozen worker's open transaction blocks the second worker
+def test_atomic_writes_commit_once_when_the_lease_expired_and_another_worker_took_the_row(
+    start_worker,
+) -> None:
+    AtomicJob.objects.bulk_create([AtomicJob(name=str(i), sleep=1.0) for i in range(2)])
+    slow = start_worker("testapp.AtomicJob", "--lease", "1", "--batch-size", "2")
+    assert wait_until(
+        lambda: AtomicJob.objects.filter(queue_state=QueueState.RUNNING).count() == 2, timeout=30
+    )
+    [pid] = slow.worker_pids()
+    os.kill(pid, signal.SIGSTOP)  # holds the first row's lock, its leases run out
+    try:
+        time.sleep(1.5)
+        other = start_worker("testapp.AtomicJob", "--burst", "--lease", "30")
+        assert other.wait(timeout=60) == 0, other.output
+        # The locked row was skipped by the rescue (its worker still holds it); the other
+        # row was rescued and done by the second worker.
+        assert states(AtomicJob) == {"running": 1, "succeeded": 1}
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert wait_until(lambda: states(AtomicJob) == {"succeeded": 2}, timeout=30)
+    slow.signal(signal.SIGTERM)
+    assert slow.wait(timeout=30) == 0
+    assert set(runs_per_row(AtomicJob).values()) == {1}
+    assert "no longer held" in slow.output
+
+
+def test_sigterm_finishes_the_current_job_and_gives_back_the_rest(start_worker) -> None:
+    Job.objects.bulk_create([Job(name=str(i), sleep=0.2) for i in range(60)])
+    worker = start_worker("testapp.Job", "--concurrency", "2", "--batch-size", "10")
+    assert wait_until(lambda: Ledger.objects.count() >= 4, timeout=30)
+    started = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, worker.output
+    assert time.monotonic() - started < 5
+    counts = states(Job)
+    assert counts.get("running", 0) == 0
+    assert counts["succeeded"] + counts["ready"] == 60
+    assert Job.objects.filter(queue_state="ready").exclude(queue_attempts=0).count() == 0
+    assert set(runs_per_row(Job).values()) == {1}
+    assert "given back" in worker.output
+
+
+def test_second_signal_exits_at_once_and_leases_bring_the_rows_back(start_worker) -> None:
+    Job.objects.bulk_create([Job(name=str(i), sleep=2) for i in range(4)])
+    worker = start_worker("testapp.Job", "--batch-size", "4", "--lease", "1")
+    assert wait_until(lambda: Job.objects.filter(queue_state="running").count() == 4, timeout=30)
+    started = time.monotonic()
+    worker.signal(signal.SIGINT)
+    time.sleep(0.2)
+    worker.signal(signal.SIGINT)
+    assert worker.wait(timeout=10) != 0
+    assert time.monotonic() - started < 1.5
+    time.sleep(1.2)
+    assert Job.objects.rescue_expired() == 4
+
+
+def test_handler_that_ignores_its_timeout_is_stopped_and_recorded(start_worker) -> None:
+    job = TimeoutJob.objects.create(name="hang", action="hang")
+    worker = start_worker("testapp.TimeoutJob", "--burst", "--lease", "30")
+    assert worker.wait(timeout=120) == 0, worker.output
+    job.refresh_from_db()
+    assert job.queue_state == QueueState.FAILED and job.queue_attempts == 3
+    assert "timed out after 0.5 s" in job.queue_last_error
+    assert "ignored its timeout" in worker.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["nope.Model"], "Unknown model"),
+        (["testapp"], "Unknown model"),
+        (["testapp.Ledger"], "not a concrete QueueMixin model"),
+        (["--concurrency", "0"], "at least 1"),
+        (["--batch-size", "many"], "not a whole number"),
+        (["--poll-interval", "-1"], "positive number of seconds"),
+        (["--lease", "nan"], "positive number of seconds"),
+        (["--worker-id", "bad id; drop"], "letters, digits"),
+        (["--database", "missing"], "Unknown database alias"),
+    ],
+)
+def test_bad_arguments_give_a_command_error(args, message) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("runqueue", *args)
+
+
+def test_bad_arguments_from_the_command_line_exit_with_a_message(start_worker) -> None:
+    worker = start_worker("nope.Model")
+    assert worker.wait(timeout=60) == 1
+    assert "Unknown model 'nope.Model'" in worker.output and "Traceback" not in worker.output
