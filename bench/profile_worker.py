@@ -1,8 +1,9 @@
 """Profile one django_dbqueue worker draining no-op jobs in-process (pyinstrument).
 
-    BENCH_SYSTEM=dbqueue .venv/bin/python bench/profile_worker.py --model dbqapp.NoopJob --n 20000
+    .venv/bin/python bench/profile_worker.py --model dbqapp.NoopJob --n 20000
 
-Prints jobs/s without and with the profiler, SQL statements per job (by kind), and the
+Uses its own databases (bench_profile, bench_profile_ledger). Prints jobs/s without and with
+the profiler, SQL statements per job (by kind), and the
 pyinstrument call tree. Needs ``pip install pyinstrument`` in the project's .venv.
 """
 
@@ -17,6 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("BENCH_SYSTEM", "dbqueue")
+# Its own databases: never the tables or the ledger of a benchmark that may be running.
+os.environ.setdefault("BENCH_DB_NAME", "bench_profile")
+os.environ.setdefault("BENCH_LEDGER_DB", "bench_profile_ledger")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
 
 import django
@@ -50,6 +54,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     args = parser.parse_args()
     model = apps.get_model(args.model)
+    from django.core.management import call_command
+
+    from bench import ledger
+
+    ledger.reset()
+    call_command("migrate", verbosity=0)
 
     fill(model, args.n)
     print(f"{args.model}: {drain(model, args.batch):,.0f} jobs/s without profiler")

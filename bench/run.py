@@ -487,44 +487,42 @@ def contention(system: str, variant: str, n: int, extra: int, timeout: float) ->
 class Plan:
     quick: bool
     runs: int
-    n_ours: int
-    n_raw: int
-    n_raw_slow: int
-    n_peer: int
-    n_one: int
-    n_bulk: int
-    trickle: int
-    idle_seconds: float
-    levels: str
-    claims: int
-    contention_n: int
-    contention_extra: int
     systems: tuple[str, ...]
+    n_fast: int = 20000  # backlog of the batched drains (ours lease/grouped, raw batch ack)
+    n_per_job: int = 5000  # one commit per job: ours atomic, raw claim 100 + ack each
+    n_claim1: int = 3000  # raw claim 1 + ack each
+    n_peer: int = 3000  # the peers (10-100x slower than the batched drains)
+    n_one: int = 1000  # enqueued one by one
+    n_bulk: int = 20000  # enqueued in bulk
+    trickle: int = 30  # jobs of the pickup-latency trickle
+    idle_seconds: float = 4.0  # window in which an idle worker's statements are counted
+    levels: str = "0,100000,1000000"  # finished rows of the claim-cost scenario
+    claims: int = 20  # claims timed per level
+    contention_n: int = 20000
+    contention_extra: int = 5000
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
     systems = tuple(args.systems.split(",")) if args.systems else ("dbqueue", "raw", *PEERS)
     if args.quick:
         return Plan(
-            True, 1, 3000, 3000, 1000, 600, 200, 3000, 10, 2.0, "0,10000,100000", 5, 2000, 300, systems
+            quick=True,
+            runs=1,
+            systems=systems,
+            n_fast=3000,
+            n_per_job=1000,
+            n_claim1=500,
+            n_peer=500,
+            n_one=200,
+            n_bulk=3000,
+            trickle=10,
+            idle_seconds=2.0,
+            levels="0,10000,100000",
+            claims=5,
+            contention_n=2000,
+            contention_extra=500,
         )
-    return Plan(
-        False,
-        args.runs,
-        20000,
-        20000,
-        5000,
-        4000,
-        1000,
-        20000,
-        40,
-        5.0,
-        "0,100000,1000000",
-        20,
-        20000,
-        2000,
-        systems,
-    )
+    return Plan(quick=False, runs=args.runs, systems=systems)
 
 
 def main() -> None:
@@ -536,58 +534,29 @@ def main() -> None:
     )
     parser.add_argument("--no-write", action="store_true", help="print results, leave BENCHMARKS.md alone")
     parser.add_argument("--skip", default="", help="comma-separated scenarios to skip")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite BENCHMARKS.md from bench/out/results.json"
+    )
     args = parser.parse_args()
+    if args.report_only:
+        save(json.loads((LOG_DIR / "results.json").read_text()), write=True, final=False)
+        return
     plan = make_plan(args)
     skip = set(filter(None, args.skip.split(",")))
-    began = datetime.now(UTC)
     log(f"benchmark ({'quick' if plan.quick else 'full'}, {plan.runs} run(s)); systems {plan.systems}")
     prepare_databases()
     results: dict[str, Any] = {
         "plan": plan.__dict__,
         "machine": machine_info(),
-        "began": began.isoformat(timespec="seconds"),
+        "began": datetime.now(UTC).isoformat(timespec="seconds"),
         "runs": [],
+        "errors": ERRORS,
     }
-
-    if "claim" not in skip and "dbqueue" in plan.systems:
-        log("claim cost on a wide domain table")
-        results["claim_cost"] = attempt(
-            "claim cost", ctl, "dbqueue", "claim-cost", "--levels", plan.levels, "--claims", str(plan.claims)
-        )
-        for level in (results["claim_cost"] or {}).get("levels", []):
-            log(
-                f"  {level['finished']:>9,} finished rows: {level['ms_per_claim']:.2f} ms/claim, "
-                f"{level['reads_per_claim']} handler reads (raw SQL: {level['raw_ms_per_claim']:.2f} ms, "
-                f"{level['raw_reads_per_claim']})"
-            )
-
+    write = not args.no_write
     for run in range(plan.runs):
         log(f"run {run + 1}/{plan.runs}")
-        current: dict[str, Any] = {"enqueue": [], "drain": [], "pickup": []}
-        order = list(plan.systems)
-        random.Random(run).shuffle(order)
-        if "enqueue" not in skip:
-            for system in order:
-                item = attempt(f"enqueue {system}", enqueue, system, plan.n_one, plan.n_bulk)
-                if item:
-                    current["enqueue"].append(item)
-        if "drain" not in skip:
-            for workers in WORKER_COUNTS:
-                for system in order:
-                    for variant in variants(system):
-                        n = drain_n(plan, system, variant)
-                        item = attempt(
-                            f"drain {system}/{variant} x{workers}", drain, system, variant, workers, n, 600
-                        )
-                        if item:
-                            current["drain"].append(item)
-        if "pickup" not in skip:
-            for system in order:
-                if system != "raw":
-                    item = attempt(f"pickup {system}", pickup, system, plan.trickle, plan.idle_seconds)
-                    if item:
-                        current["pickup"].append(item)
-        results["runs"].append(current)
+        results["runs"].append(one_run(plan, run, skip))
+        save(results, write)  # after every run: an interrupted benchmark still leaves its results
 
     if "contention" not in skip:
         log("contention: drain with concurrent enqueue and purge")
@@ -605,12 +574,57 @@ def main() -> None:
             if system in plan.systems
         ]
         results["contention"] = [item for item in found if item]
+        save(results, write)
+
+    if "claim" not in skip and "dbqueue" in plan.systems:
+        log("claim cost on a wide domain table")
+        results["claim_cost"] = attempt(
+            "claim cost", ctl, "dbqueue", "claim-cost", "--levels", plan.levels, "--claims", str(plan.claims)
+        )
+        for level in (results["claim_cost"] or {}).get("levels", []):
+            log(
+                f"  {level['finished']:>9,} finished rows: {level['ms_per_claim']:.2f} ms/claim, "
+                f"{level['reads_per_claim']} handler reads (raw SQL: {level['raw_ms_per_claim']:.2f} ms, "
+                f"{level['raw_reads_per_claim']})"
+            )
+    save(results, write, final=True)
+
+
+def one_run(plan: Plan, run: int, skip: set[str]) -> dict[str, Any]:
+    current: dict[str, Any] = {"enqueue": [], "drain": [], "pickup": []}
+    order = list(plan.systems)
+    random.Random(run).shuffle(order)
+    if "enqueue" not in skip:
+        for system in order:
+            item = attempt(f"enqueue {system}", enqueue, system, plan.n_one, plan.n_bulk)
+            if item:
+                current["enqueue"].append(item)
+    if "drain" not in skip:
+        for workers in WORKER_COUNTS:
+            for system in order:
+                for variant in variants(system):
+                    n = drain_n(plan, system, variant)
+                    item = attempt(
+                        f"drain {system}/{variant} x{workers}", drain, system, variant, workers, n, 600
+                    )
+                    if item:
+                        current["drain"].append(item)
+    if "pickup" not in skip:
+        for system in order:
+            if system != "raw":
+                item = attempt(f"pickup {system}", pickup, system, plan.trickle, plan.idle_seconds)
+                if item:
+                    current["pickup"].append(item)
+    return current
+
+
+def save(results: dict[str, Any], write: bool, final: bool = False) -> None:
     results["ended"] = datetime.now(UTC).isoformat(timespec="seconds")
-    results["errors"] = ERRORS
+    results["complete"] = final or results.get("complete", False)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     (LOG_DIR / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    log(f"raw results in {LOG_DIR / 'results.json'}")
-    if not args.no_write:
+    log(f"results in {(LOG_DIR / 'results.json').relative_to(ROOT)}")
+    if write:
         from bench import report
 
         report.write(results, OUT_MD, OUT_PNG)
@@ -626,10 +640,12 @@ def variants(system: str) -> tuple[str, ...]:
 
 
 def drain_n(plan: Plan, system: str, variant: str) -> int:
-    if system == "dbqueue":
-        return plan.n_ours
-    if system == "raw":
-        return plan.n_raw_slow if variant == "claim1" else plan.n_raw
+    if variant in ("lease", "grouped", "batch"):
+        return plan.n_fast
+    if variant in ("atomic", "claim100"):
+        return plan.n_per_job
+    if variant == "claim1":
+        return plan.n_claim1
     return plan.n_peer
 
 

@@ -29,7 +29,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.mysql",
-        "NAME": f"bench_{SYSTEM}",
+        "NAME": os.environ.get("BENCH_DB_NAME", f"bench_{SYSTEM}"),
         "USER": os.environ.get("BENCH_DB_USER", "root"),
         "PASSWORD": os.environ.get("BENCH_DB_PASSWORD", ""),
         "HOST": os.environ.get("BENCH_DB_HOST", "127.0.0.1"),
