@@ -143,8 +143,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=0)
     parser.add_argument("--mode", choices=["claim1", "claim100", "batch"], default="batch")
     parser.add_argument("--procs", type=int, default=1)
+    parser.add_argument("--reset", action="store_true", help="empty the table first")
     args = parser.parse_args()
     out: dict = {"system": "raw", "action": args.action}
+    if args.reset:
+        reset()
     if args.action == "setup":
         setup()
     elif args.action == "reset":

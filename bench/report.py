@@ -76,6 +76,9 @@ def medians(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
             d for run in runs for d in run["drain"] if d["system"] == system and d["variant"] == variant
         ]
         row["rss"] = max((d["rss"]["max_process_mb"] for d in drains), default=None)
+        row["cpu1"] = _median(
+            [d.get("cpu_us_per_job") for d in drains if d["workers"] == 1 and d["exactly_once"] == "ok"]
+        )
         row["rss_total4"] = max((d["rss"]["total_mb"] for d in drains if d["workers"] == 4), default=None)
         first_variant = {"raw": "claim1", "dbqueue": "lease"}.get(system, "default")
         if variant == first_variant:
@@ -152,9 +155,9 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
     add("")
     add(
         "| system | enqueue one-by-one | bulk | drain, 1 worker | 2 workers | 4 workers "
-        "| pickup p50 / p95 | idle worker, queries/s | max RSS of a process |"
+        "| pickup p50 / p95 | idle worker, queries/s | worker CPU per job (1 worker) | max RSS of a process |"
     )
-    add("|---|---|---|---|---|---|---|---|---|")
+    add("|---|---|---|---|---|---|---|---|---|---|")
     for system, variant, label in ROWS:
         row = table[(system, variant)]
         if row[1] is None and row[2] is None and row[4] is None:
@@ -164,7 +167,8 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
             pick = f"{row['p50']:.0f} / {row['p95']:.0f} ms"
         add(
             f"| {label} | {_fmt(row.get('one'))} | {_fmt(row.get('bulk'))} | {_fmt(row[1])} | {_fmt(row[2])} "
-            f"| {_fmt(row[4])} | {pick} | {_fmt(row.get('idle_qps'), 1)} | {_fmt(row['rss'])} MB |"
+            f"| {_fmt(row[4])} | {pick} | {_fmt(row.get('idle_qps'), 1)} | {_fmt(row['cpu1'])} µs "
+            f"| {_fmt(row['rss'])} MB |"
         )
     add("")
     add("![drain throughput](bench/benchmarks.png)")
@@ -261,9 +265,8 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
         add("### Deadlocks and lock waits: drain with concurrent enqueue and purge")
         add("")
         add(
-            f"4 worker processes drain {plan['contention_n']:,} jobs while another process enqueues "
-            f"{plan['contention_extra']:,} more one by one and a purger deletes 500 finished rows "
-            "every 0.1 s "
+            "4 worker processes drain a backlog (the drain's backlog size) while another process enqueues "
+            "a quarter as many jobs again one by one and a purger deletes 500 finished rows every 0.1 s "
             "(`DELETE … WHERE state = 'succeeded' LIMIT 500`). The InnoDB counters are server-wide; "
             "'background' is the same counter over an equally long quiet window just before (other users "
             "of the server)."
@@ -339,6 +342,9 @@ METHOD = """## How it is measured
   The peers poll every 0.1 s (their defaults: dj_queue 0.1 s, django-tasks-db 1 s, django-q2 0.2 s);
   ours uses its defaults (`DBQUEUE_POLL_INTERVAL` 0.05 s, adaptive).
 * **Worker RSS** is sampled from /proc every 0.25 s for every process of the worker command.
+  **Worker CPU per job** is the user + system CPU of all processes of the worker command (all
+  threads: the ledger writer too) between the first and the last job the driver saw in the
+  ledger, divided by the jobs in between; the database server's CPU is not in it.
 
 ## How to reproduce
 

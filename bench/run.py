@@ -207,6 +207,18 @@ class Workers:
         }
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time used so far by these processes (all their threads)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _rss_kb(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -249,12 +261,21 @@ def prepare_databases() -> None:
 # -- scenarios -------------------------------------------------------------------------------
 
 
-def wait_ledger(expected: int, timeout: float, workers: Workers | None = None) -> int:
+def wait_ledger(
+    expected: int, timeout: float, workers: Workers | None = None, cpu: dict[str, float] | None = None
+) -> int:
+    """Wait until the ledger holds ``expected`` jobs. With ``cpu``, note the worker command's
+    CPU seconds when the first job shows up and when the last one does."""
     conn = db(ledger.DB)
     deadline = time.monotonic() + timeout
     seen = 0
     while time.monotonic() < deadline:
         seen = ledger.count(conn)
+        if cpu is not None and workers is not None:
+            if seen and "first" not in cpu:
+                cpu["first"], cpu["first_seen"] = cpu_seconds(workers.tree()), seen
+            if seen >= expected:
+                cpu["last"] = cpu_seconds(workers.tree())
         if seen >= expected:
             break
         if workers is not None and all(p.poll() is not None for p in workers.procs):
@@ -266,14 +287,14 @@ def wait_ledger(expected: int, timeout: float, workers: Workers | None = None) -
 
 def drain(system: str, variant: str, workers: int, n: int, timeout: float) -> dict[str, Any]:
     """Backlog of ``n`` jobs, then the worker command; rate = n / (last - first handler call)."""
-    reset_system(system)
     ledger.reset()
-    prefill(system, variant, n)
+    prefill(system, variant, n)  # empties the system's tables first
     before = global_status(("Innodb_deadlocks", "Innodb_row_lock_waits"))
     running = Workers(system, variant, workers).start()
     started = time.monotonic()
+    cpu: dict[str, float] = {}
     try:
-        seen = wait_ledger(n, timeout, running)
+        seen = wait_ledger(n, timeout, running, cpu)
         wall = time.monotonic() - started
         time.sleep(0.3)  # late duplicates reach the ledger too
     finally:
@@ -294,13 +315,18 @@ def drain(system: str, variant: str, workers: int, n: int, timeout: float) -> di
         "exactly_once": exactly_once(summary, n),
         "ledger": summary,
         "rss": running.rss(),
+        # CPU of the worker command's processes per job, between the first and the last job
+        # the driver saw in the ledger (processes that exit meanwhile are not counted).
+        "cpu_us_per_job": (cpu["last"] - cpu["first"]) * 1e6 / (n - cpu["first_seen"])
+        if "last" in cpu and n > cpu["first_seen"]
+        else None,
         "deadlocks": after["Innodb_deadlocks"] - before["Innodb_deadlocks"],
         "lock_waits": after["Innodb_row_lock_waits"] - before["Innodb_row_lock_waits"],
     }
     rate = f"{result['rate']:,.0f} jobs/s" if result["rate"] else f"INCOMPLETE {seen}/{n}"
     log(
         f"  drain {system}/{variant} x{workers}: {rate}, exactly-once {result['exactly_once']}, "
-        f"max RSS {result['rss']['max_process_mb']:.0f} MB"
+        f"max RSS {result['rss']['max_process_mb']:.0f} MB, CPU {result['cpu_us_per_job'] or 0:.0f} µs/job"
     )
     return result
 
@@ -321,12 +347,13 @@ def reset_system(system: str) -> None:
 
 
 def prefill(system: str, variant: str, n: int) -> None:
+    """Empty the system's tables, then enqueue ``n`` jobs in bulk (ids 1..n)."""
     if system == "dbqueue":
-        ctl(system, "enqueue-bulk", "--n", str(n), "--model", OURS_VARIANTS[variant][0])
+        ctl(system, "enqueue-bulk", "--reset", "--n", str(n), "--model", OURS_VARIANTS[variant][0])
     elif system == "raw":
-        ctl(system, "enqueue-bulk", "--n", str(n))
+        ctl(system, "enqueue-bulk", "--reset", "--n", str(n))
     else:
-        ctl(system, "enqueue-bulk", "--n", str(n), "--first", "1")
+        ctl(system, "enqueue-bulk", "--reset", "--n", str(n), "--first", "1")
 
 
 def enqueue(system: str, n_one: int, n_bulk: int) -> dict[str, Any]:
@@ -410,7 +437,6 @@ def _pct(values: list[float], pct: float) -> float:
 def contention(system: str, variant: str, n: int, extra: int, timeout: float) -> dict[str, Any]:
     """4 workers drain a backlog while one process enqueues one by one and another purges
     finished rows; InnoDB deadlock and lock-wait counters (server-wide) before and after."""
-    reset_system(system)
     ledger.reset()
     prefill(system, variant, n)
     names = ("Innodb_deadlocks", "Innodb_row_lock_waits", "Innodb_row_lock_time")
@@ -489,17 +515,15 @@ class Plan:
     runs: int
     systems: tuple[str, ...]
     n_fast: int = 20000  # backlog of the batched drains (ours lease/grouped, raw batch ack)
-    n_per_job: int = 5000  # one commit per job: ours atomic, raw claim 100 + ack each
-    n_claim1: int = 3000  # raw claim 1 + ack each
-    n_peer: int = 3000  # the peers (10-100x slower than the batched drains)
+    n_per_job: int = 3000  # one commit per job: ours atomic, raw claim 100 + ack each
+    n_claim1: int = 2000  # raw claim 1 + ack each
+    n_peer: int = 2000  # the peers (10-100x slower than the batched drains)
     n_one: int = 1000  # enqueued one by one
     n_bulk: int = 20000  # enqueued in bulk
     trickle: int = 30  # jobs of the pickup-latency trickle
     idle_seconds: float = 4.0  # window in which an idle worker's statements are counted
     levels: str = "0,100000,1000000"  # finished rows of the claim-cost scenario
     claims: int = 20  # claims timed per level
-    contention_n: int = 20000
-    contention_extra: int = 5000
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -519,8 +543,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
             idle_seconds=2.0,
             levels="0,10000,100000",
             claims=5,
-            contention_n=2000,
-            contention_extra=500,
         )
     return Plan(quick=False, runs=args.runs, systems=systems)
 
@@ -553,11 +575,6 @@ def main() -> None:
         "errors": ERRORS,
     }
     write = not args.no_write
-    for run in range(plan.runs):
-        log(f"run {run + 1}/{plan.runs}")
-        results["runs"].append(one_run(plan, run, skip))
-        save(results, write)  # after every run: an interrupted benchmark still leaves its results
-
     if "contention" not in skip:
         log("contention: drain with concurrent enqueue and purge")
         found = [
@@ -566,15 +583,14 @@ def main() -> None:
                 contention,
                 system,
                 variant,
-                plan.contention_n,
-                plan.contention_extra,
+                drain_n(plan, system, variant),
+                drain_n(plan, system, variant) // 4,
                 timeout=600,
             )
             for system, variant in (("dbqueue", "lease"), ("dbqueue", "atomic"), ("raw", "batch"))
             if system in plan.systems
         ]
         results["contention"] = [item for item in found if item]
-        save(results, write)
 
     if "claim" not in skip and "dbqueue" in plan.systems:
         log("claim cost on a wide domain table")
@@ -587,6 +603,11 @@ def main() -> None:
                 f"{level['reads_per_claim']} handler reads (raw SQL: {level['raw_ms_per_claim']:.2f} ms, "
                 f"{level['raw_reads_per_claim']})"
             )
+    for run in range(plan.runs):
+        log(f"run {run + 1}/{plan.runs}")
+        results["runs"].append(one_run(plan, run, skip))
+        save(results, write)  # after every run: an interrupted benchmark still leaves its results
+
     save(results, write, final=True)
 
 

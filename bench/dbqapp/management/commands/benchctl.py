@@ -145,15 +145,18 @@ class Command(BaseCommand):
         parser.add_argument("--gap", type=float, default=0.15, help="mean gap of the trickle (s)")
         parser.add_argument("--levels", default="0,100000,1000000")
         parser.add_argument("--claims", type=int, default=20)
+        parser.add_argument("--reset", action="store_true", help="empty the tables first")
 
     def handle(self, *args, **options):
         model = apps.get_model(options["model"])
         action, n = options["action"], options["n"]
         out: dict[str, Any] = {"system": "dbqueue", "action": action, "model": model._meta.label}
-        if action == "reset":
+        if action == "reset" or options["reset"]:
             with connection.cursor() as cursor:
                 for m in apps.get_app_config("dbqapp").get_models():
                     cursor.execute(f"TRUNCATE TABLE {m._meta.db_table}")
+        if action == "reset":
+            pass
         elif action == "enqueue-one":
             start = time.perf_counter()
             for _ in range(n):

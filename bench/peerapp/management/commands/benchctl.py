@@ -131,12 +131,15 @@ class Command(BaseCommand):
         parser.add_argument("--n", type=int, default=0)
         parser.add_argument("--first", type=int, default=1)
         parser.add_argument("--gap", type=float, default=0.15, help="mean gap of the trickle (s)")
+        parser.add_argument("--reset", action="store_true", help="empty the tables first")
 
     def handle(self, *args, **options):
         action, n, first = options["action"], options["n"], options["first"]
         out: dict[str, Any] = {"system": SYSTEM, "action": action}
-        if action == "reset":
+        if action == "reset" or options["reset"]:
             reset()
+        if action == "reset":
+            pass
         elif action == "enqueue-one":
             enqueue_one(first - 1)  # warm up: imports, connection (job id first-1 is not counted)
             start = time.perf_counter()
