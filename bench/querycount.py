@@ -21,7 +21,10 @@ def _wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> A
     now = time.monotonic()
     if now - _state["written"] > 0.2:
         _state["written"] = now
-        Path(os.environ["BENCH_COUNT_QUERIES"], str(os.getpid())).write_text(str(_state["count"]))
+        target = Path(os.environ["BENCH_COUNT_QUERIES"], str(os.getpid()))
+        partial = target.with_suffix(".tmp")
+        partial.write_text(str(_state["count"]))
+        partial.replace(target)  # atomic: the driver never reads a half-written file
     return execute(sql, params, many, context)
 
 

@@ -419,6 +419,8 @@ def pickup(system: str, trickle: int, idle_seconds: float) -> dict[str, Any]:
 def _query_count(qdir: Path) -> int:
     total = 0
     for entry in qdir.iterdir():
+        if entry.suffix == ".tmp":
+            continue
         try:
             total += int(entry.read_text() or 0)
         except (OSError, ValueError):
