@@ -71,10 +71,10 @@ $(BENCH_VENV)/.installed: bench/requirements.txt
 	@touch $@
 
 bench: venv services $(BENCH_VENV)/.installed
-	$(BENCH_VENV)/bin/python bench/run.py
+	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py
 
 bench-quick: venv services $(BENCH_VENV)/.installed
-	$(BENCH_VENV)/bin/python bench/run.py --quick
+	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --quick
 
 # -- example --------------------------------------------------------------------------------
 
