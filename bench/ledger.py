@@ -32,8 +32,10 @@ DDL = """CREATE TABLE IF NOT EXISTS ledger (
     pid INT NOT NULL
 ) ENGINE=InnoDB"""
 
+# Placeholders only in VALUES (…): mysqlclient then sends one multi-row INSERT per flush (a
+# literal there would make executemany() loop, one statement and one commit per job).
 INSERT = (
-    "INSERT INTO ledger (job_id, runs, first_at, last_at, pid) VALUES (%s, 1, %s, %s, %s) "
+    "INSERT INTO ledger (job_id, runs, first_at, last_at, pid) VALUES (%s, %s, %s, %s, %s) "
     "ON DUPLICATE KEY UPDATE runs = runs + 1, last_at = VALUES(last_at)"
 )
 
@@ -54,7 +56,7 @@ def connect(db: str | None = DB) -> MySQLdb.Connection:
 
 class _Recorder:
     def __init__(self) -> None:
-        self.buffer: list[tuple[int, float, float, int]] = []
+        self.buffer: list[tuple[int, int, float, float, int]] = []
         self.lock = threading.Lock()
         self.write_lock = threading.Lock()
         self.pid = 0
@@ -104,7 +106,7 @@ def record(job_id: int) -> None:
         _recorder.start()
     now = time.time()
     with _recorder.lock:
-        _recorder.buffer.append((job_id, now, now, _recorder.pid))
+        _recorder.buffer.append((job_id, 1, now, now, _recorder.pid))
 
 
 def flush() -> None:

@@ -562,6 +562,8 @@ def main() -> None:
         "--report-only", action="store_true", help="rewrite BENCHMARKS.md from bench/out/results.json"
     )
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C: the finally blocks stop the worker commands started so far.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.report_only:
         save(json.loads((LOG_DIR / "results.json").read_text()), write=True, final=False)
         return
