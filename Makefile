@@ -57,7 +57,7 @@ test-sqlite: venv
 test-django52: venv services
 	@bash scripts/make-venv.sh .venv-django52
 	.venv-django52/bin/pip install -q -e '.[dev]' 'Django>=5.2,<5.3'
-	DATABASE_URL=$(SQLITE_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow" --ignore=tests/chaos
+	DATABASE_URL=$(SQLITE_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes" --ignore=tests/chaos
 	DATABASE_URL=$(MARIADB_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes" --ignore=tests/chaos
 
 # -- benchmarks -----------------------------------------------------------------------------

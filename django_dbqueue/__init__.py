@@ -8,3 +8,12 @@ cheap and does not touch Django's app registry.
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # ``@django_dbqueue.handler("kind")`` without importing models at package import time.
+    if name == "handler":
+        from .handlers import handler
+
+        return handler
+    raise AttributeError(f"module 'django_dbqueue' has no attribute {name!r}")

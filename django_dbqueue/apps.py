@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import django
 from django.apps import AppConfig
 
 
@@ -9,4 +10,13 @@ class DbQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, signal_handlers  # noqa: F401 - registers checks and receivers
+        from django.utils.module_loading import autodiscover_modules
+
+        from . import checks, signal_handlers, wakeup  # noqa: F401 - registers checks and receivers
+
+        wakeup.connect_signals()  # PostgreSQL: a new READY row wakes listening workers
+
+        # Message handlers live in each app's queue_handlers module.
+        autodiscover_modules("queue_handlers")
+        if django.VERSION >= (6, 0):  # django.tasks: connect the task signals' receivers
+            from . import tasks  # noqa: F401

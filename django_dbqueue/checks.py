@@ -35,8 +35,11 @@ def check_queue_models(app_configs: Iterable[Any] | None = None, **kwargs: Any) 
 def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
     label = model._meta.label
+    # A proxy shares its concrete model's table, and so its index.
+    index_owner = model._meta.concrete_model
     if not any(
-        tuple(index.fields[: len(CLAIM_INDEX_FIELDS)]) == CLAIM_INDEX_FIELDS for index in model._meta.indexes
+        tuple(index.fields[: len(CLAIM_INDEX_FIELDS)]) == CLAIM_INDEX_FIELDS
+        for index in index_owner._meta.indexes
     ):
         errors.append(
             checks.Error(

@@ -24,6 +24,15 @@ class Settings:
     MAX_ERROR_LENGTH: int = 20_000
     #: How often a claim is retried after a deadlock or lock-wait timeout.
     DEADLOCK_RETRIES: int = 5
+    #: Seconds between two heartbeats of a worker in the WorkerProcess table.
+    HEARTBEAT_INTERVAL: float = 10.0
+    #: Write a QueueAttempt row for every attempt (a model's ``queue_history`` wins).
+    HISTORY: bool = True
+    #: Largest JSON payload (bytes) ``Message.objects.publish`` accepts.
+    MAX_PAYLOAD_BYTES: int = 1_000_000
+    #: Retry policy of ``django.tasks`` tasks run through django_dbqueue (None: the default
+    #: ``ExponentialBackoff()``).
+    TASK_RETRY: object = None
 
     def __getattribute__(self, name: str) -> Any:
         if name.isupper():

@@ -154,7 +154,8 @@ class QueueMixin(models.Model):
         retry_at = self._queue_next_run_at(error, claim)
         text = describe_error(error)
         qs = self.queue_queryset(claim.using)
-        if not qs._record_failure(self.pk, claim, text, retry_at):
+        extra = self.queue_failure_fields(error)
+        if not qs._record_failure(self, claim, text, retry_at, extra):
             logger.warning(
                 "late outcome rejected: %s pk=%s failed on worker %s, but its lease was lost",
                 self._meta.label,
@@ -180,6 +181,11 @@ class QueueMixin(models.Model):
             using=claim.using,
         )
         return retry_at
+
+    def queue_failure_fields(self, error: BaseException | str) -> dict[str, Any]:
+        """Extra domain columns to write with a failure, in the same fenced UPDATE (a hook:
+        e.g. keep a list of errors). The default writes none."""
+        return {}
 
     def _queue_next_run_at(self, error: BaseException | str, claim: Claim) -> datetime | None:
         if isinstance(error, Discard):
@@ -214,7 +220,7 @@ class QueueMixin(models.Model):
 def record_successes(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -> list[QueueMixin]:
     """Mark ``rows`` (all of one claim) SUCCEEDED in one UPDATE; return the rows whose claim
     was lost (their late outcome is rejected and logged, not written)."""
-    written = model.queue_queryset(claim.using)._record_successes([r.pk for r in rows], claim)
+    written = model.queue_queryset(claim.using)._record_successes(rows, claim)
     finished_at = claim.now()
     lost, won = [], []
     for row in rows:
@@ -256,3 +262,10 @@ def describe_error(error: BaseException | str) -> str:
 def queue_models() -> list[type[QueueMixin]]:
     """Every installed concrete QueueMixin model."""
     return [m for m in apps.get_models() if issubclass(m, QueueMixin) and not m._meta.abstract]
+
+
+# Concrete models of this app live in their own modules; import them so Django registers them.
+from .history import QueueAttempt  # noqa: E402, F401
+from .messages import ArchivedMessage, Message  # noqa: E402, F401
+from .registry import WorkerProcess  # noqa: E402, F401
+from .task_records import TaskRecord  # noqa: E402, F401

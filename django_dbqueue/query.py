@@ -33,7 +33,9 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from .conf import settings
+from .history import AttemptOutcome, attempt_for, write_attempts
 from .states import QueueState
+from .wakeup import notify
 
 if TYPE_CHECKING:
     from .models import QueueMixin
@@ -189,6 +191,9 @@ class QueueQuerySetMixin:
             self.ready()
             .annotate(_dbq_now=DbNow())
             .order_by(*order)
+            # The traceback of an earlier attempt is rarely read by a handler; a TEXT column
+            # is the costliest to fetch for a whole batch (loaded on access if needed).
+            .defer("queue_last_error")
             .select_for_update(skip_locked=True)[:limit]
         )
 
@@ -279,7 +284,12 @@ class QueueQuerySetMixin:
         }
         if priority is not None:
             values["queue_priority"] = _check_priority(priority)
-        return self.exclude(queue_state=QueueState.RUNNING).update(**values)
+        return self._notified(self.exclude(queue_state=QueueState.RUNNING).update(**values))
+
+    def _notified(self, count: int) -> int:
+        if count:
+            notify(self.db, [self.model._meta.db_table])
+        return count
 
     def retry_now(self) -> int:
         """READY rows (waiting for a retry or a date) and FAILED rows become due now.
@@ -287,15 +297,17 @@ class QueueQuerySetMixin:
         A FAILED row starts over with a fresh attempt budget; a READY row keeps its count."""
         # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
         # CASE placed after `queue_state = 'ready'` would see the new state.
-        return self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
-            queue_attempts=Case(
-                When(queue_state=QueueState.FAILED, then=Value(0)),
-                default=F("queue_attempts"),
-                output_field=models.PositiveIntegerField(),
-            ),
-            queue_state=QueueState.READY,
-            queue_run_at=DbNow(),
-            queue_finished_at=None,
+        return self._notified(
+            self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
+                queue_attempts=Case(
+                    When(queue_state=QueueState.FAILED, then=Value(0)),
+                    default=F("queue_attempts"),
+                    output_field=models.PositiveIntegerField(),
+                ),
+                queue_state=QueueState.READY,
+                queue_run_at=DbNow(),
+                queue_finished_at=None,
+            )
         )
 
     def reprioritize(self, priority: int) -> int:
@@ -331,12 +343,20 @@ class QueueQuerySetMixin:
                 self.filter(queue_state=QueueState.RUNNING, queue_locked_until__lt=DbNow())
                 .order_by()
                 .select_for_update(skip_locked=True)
-                .values_list("pk", "queue_attempts", "queue_locked_by")[:limit]
+                .annotate(_dbq_now=DbNow())
+                .only(
+                    "pk",
+                    "queue_attempts",
+                    "queue_locked_by",
+                    "queue_enqueued_at",
+                    "queue_run_at",
+                    "queue_last_attempt_at",
+                )[:limit]
             )
             if not expired:
                 return 0
-            dead = {pk for pk, attempts, _ in expired if max_attempts and attempts >= max_attempts}
-            back = [pk for pk, _, _ in expired if pk not in dead]
+            dead = {row.pk for row in expired if max_attempts and row.queue_attempts >= max_attempts}
+            back = [row.pk for row in expired if row.pk not in dead]
             base = self.model._base_manager.using(using)
             cleared = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
             if back:
@@ -355,14 +375,28 @@ class QueueQuerySetMixin:
                     f"({max_attempts}); the worker stopped renewing its claim",
                     **cleared,
                 )
-        for pk, attempts, locked_by in expired:
+            write_attempts(
+                self.model,
+                using,
+                (
+                    attempt_for(
+                        row,
+                        AttemptOutcome.LOST,
+                        _aware(row._dbq_now),
+                        "lease expired",
+                        worker_id=row.queue_locked_by or "",
+                    )
+                    for row in expired
+                ),
+            )
+        for row in expired:
             logger.warning(
                 "rescued %s pk=%s from worker %s after its lease expired (attempt %s)%s",
                 self.model._meta.label,
-                pk,
-                locked_by,
-                attempts,
-                " -> FAILED" if pk in dead else "",
+                row.pk,
+                row.queue_locked_by,
+                row.queue_attempts,
+                " -> FAILED" if row.pk in dead else "",
             )
         return len(expired)
 
@@ -379,39 +413,73 @@ class QueueQuerySetMixin:
         """
         return self.model._base_manager.using(self.db).filter(pk__in=list(ids), queue_token=token)
 
-    def _record_successes(self, ids: Sequence[Any], claim: Claim) -> set[Any]:
-        """Mark rows SUCCEEDED in one UPDATE; return the ids actually written (ours)."""
-        if not ids:
+    def _record_successes(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
+        """Mark rows SUCCEEDED in one UPDATE (and their attempts in one INSERT, same
+        transaction); return the ids actually written (those still ours)."""
+        if not rows:
             return set()
-        finished_at = claim.now()
-        updated = self._fenced(ids, claim.token).update(
-            queue_state=QueueState.SUCCEEDED,
-            queue_finished_at=finished_at,
-            queue_locked_until=None,
-            queue_last_error="",
-            queue_token=-claim.token,
-        )
-        if updated == len(ids):
-            return set(ids)
-        # A finished row keeps its claim's token, negated: the rows this statement wrote
-        # are those with it and this finishing time (not those of an earlier duplicate call).
-        return set(
-            self.model._base_manager.using(self.db)
-            .filter(pk__in=ids, queue_token=-claim.token, queue_finished_at=finished_at)
-            .values_list("pk", flat=True)
-        )
+        return retry_on_lock_errors(self.db, lambda: self._record_successes_once(rows, claim), "outcome")
 
-    def _record_failure(self, pk: Any, claim: Claim, error: str, retry_at: datetime | None) -> bool:
-        values: dict[str, Any] = {"queue_last_error": error, "queue_locked_until": None}
+    def _record_successes_once(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
+        ids = [row.pk for row in rows]
+        finished_at = claim.now()
+        with transaction.atomic(using=self.db, savepoint=False):
+            updated = self._fenced(ids, claim.token).update(
+                queue_state=QueueState.SUCCEEDED,
+                queue_finished_at=finished_at,
+                queue_locked_until=None,
+                queue_last_error="",
+                queue_token=-claim.token,
+            )
+            if updated == len(ids):
+                written = set(ids)
+            else:
+                # A finished row keeps its claim's token, negated: the rows this statement
+                # wrote are those with it and this finishing time (not an earlier duplicate's).
+                written = set(
+                    self.model._base_manager.using(self.db)
+                    .filter(pk__in=ids, queue_token=-claim.token, queue_finished_at=finished_at)
+                    .values_list("pk", flat=True)
+                )
+            write_attempts(
+                self.model,
+                self.db,
+                (
+                    attempt_for(row, AttemptOutcome.SUCCEEDED, finished_at)
+                    for row in rows
+                    if row.pk in written
+                ),
+            )
+        return written
+
+    def _record_failure(
+        self,
+        row: QueueMixin,
+        claim: Claim,
+        error: str,
+        retry_at: datetime | None,
+        extra: dict[str, Any] | None = None,
+    ) -> bool:
+        finished_at = claim.now()
+        values: dict[str, Any] = {"queue_last_error": error, "queue_locked_until": None, **(extra or {})}
         if retry_at is None:
             values.update(
-                queue_state=QueueState.FAILED, queue_finished_at=claim.now(), queue_token=-claim.token
+                queue_state=QueueState.FAILED, queue_finished_at=finished_at, queue_token=-claim.token
             )
         else:
             values.update(
                 queue_state=QueueState.READY, queue_run_at=retry_at, queue_token=None, queue_locked_by=None
             )
-        return self._fenced([pk], claim.token).update(**values) == 1
+        outcome = AttemptOutcome.FAILED if retry_at is None else AttemptOutcome.RETRIED
+
+        def write() -> bool:
+            with transaction.atomic(using=self.db, savepoint=False):
+                if self._fenced([row.pk], claim.token).update(**values) != 1:
+                    return False
+                write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
+            return True
+
+        return retry_on_lock_errors(self.db, write, "outcome")
 
     def _record_release(self, ids: Sequence[Any], claim: Claim) -> int:
         """Give rows back unprocessed: READY again, the claim's attempt not counted."""

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import sys
 import time
@@ -235,7 +236,17 @@ class _Progress:
         self.database = database
         self._next = 0.0
         self.start = self._remaining()
-        self.bar = tqdm(total=self.start, unit="job", file=stdout, dynamic_ncols=True)
+        # A pseudo-terminal may report a 0x0 size (e.g. under `script`), and tqdm hides a bar
+        # on a screen with no rows: fall back to 100x24.
+        size = shutil.get_terminal_size((100, 24))
+        self.bar = tqdm(
+            total=self.start,
+            unit="job",
+            file=stdout,
+            desc="draining",
+            ncols=min(size.columns or 100, 120),
+            nrows=size.lines or 24,
+        )
         connections.close_all()
 
     def _remaining(self) -> int:
@@ -245,9 +256,9 @@ class _Progress:
             total += qs.ready().count() + qs.filter(queue_state=QueueState.RUNNING).count()
         return total
 
-    def refresh_from_db(self) -> None:
+    def refresh_from_db(self, force: bool = False) -> None:
         now = time.monotonic()
-        if now < self._next:
+        if now < self._next and not force:
             return
         self._next = now + 1.0
         try:
@@ -262,7 +273,7 @@ class _Progress:
         self.bar.update(max(self.start - remaining - self.bar.n, 0))
 
     def close(self) -> None:
-        self.refresh_from_db()
+        self.refresh_from_db(force=True)
         self.bar.close()
 
 

@@ -34,11 +34,12 @@ from django.db import (
     transaction,
 )
 
-from . import signals
+from . import registry, signals
 from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes
-from .query import Claim, as_timedelta, default_worker_id
+from .query import Claim, as_timedelta, default_worker_id, is_transient_lock_error
+from .wakeup import Listener
 
 logger = logging.getLogger("django_dbqueue.worker")
 
@@ -75,6 +76,7 @@ class Worker:
         lease: float | timedelta | None = None,
         worker_id: str | None = None,
         database: str | None = None,
+        queues: Sequence[str] | None = None,
         handle_signals: bool = True,
         on_hard_timeout: HardTimeoutHook | None = None,
         parent_pid: int | None = None,
@@ -89,22 +91,35 @@ class Worker:
         self.lease = as_timedelta(lease, "lease") if lease is not None else None
         self.worker_id = worker_id or default_worker_id()
         self.database = database
+        self.queues = list(queues) if queues else None
+        if self.queues:
+            # Only models with a `queue` column (Message, the django.tasks records) have queues.
+            self.models = [m for m in self.models if has_queue_column(m)]
+            if not self.models:
+                raise ImproperlyConfigured(
+                    "--queue needs a model with a 'queue' column, e.g. django_dbqueue.Message"
+                )
         self.handle_signals = handle_signals
         self.on_hard_timeout = on_hard_timeout
         self.parent_pid = parent_pid
         self.stats = WorkerStats()
         self._stopping = threading.Event()
+        # Set by stop() and, on PostgreSQL, by a NOTIFY for one of our tables.
+        self._wake = threading.Event()
+        self._listener: Listener | None = None
         self._keeper = _LeaseKeeper(self)
         self._current: _Running | None = None
         self._fatal: BaseException | None = None
         self._next_rescue = 0.0
         self._alarm_installed = False
+        self._registry_db: str | None = None
 
     # -- public control --------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop claiming; the running job finishes, unstarted claimed rows are given back."""
         self._stopping.set()
+        self._wake.set()
 
     @property
     def stopping(self) -> bool:
@@ -120,6 +135,9 @@ class Worker:
         self._keeper.start()
         try:
             check_tables(self.models, self.database)
+            self._registry_db = self.db_for(self.models[0])
+            registry.register(self.worker_id, self.models, self._registry_db)
+            self._start_listener()
             logger.info(
                 "worker %s consuming %s (batch %d%s)",
                 self.worker_id,
@@ -130,8 +148,12 @@ class Worker:
             self._loop()
         finally:
             self._keeper.stop()
+            if self._listener is not None:
+                self._listener.stop()
             if restore:
                 restore()
+            if self._registry_db:
+                registry.unregister(self.worker_id, self._registry_db)
             connections.close_all()
         if self._fatal is not None:
             logger.error("worker %s stopped: a handler raised %r", self.worker_id, self._fatal)
@@ -154,6 +176,8 @@ class Worker:
                     if self.stopping or self._quota_left() == 0:
                         break
                     qs = model.queue_queryset(self.db_for(model))
+                    if self.queues:
+                        qs = qs.filter(queue__in=self.queues)
                     if not busy[model] and not qs.has_ready():
                         continue
                     rows = qs.claim(
@@ -182,8 +206,27 @@ class Worker:
                 continue
             if self.burst:
                 break
-            self._stopping.wait(idle_sleep)
-            idle_sleep = min(idle_sleep * 2, self.poll_interval)
+            if self._wake.wait(idle_sleep):
+                self._wake.clear()
+                idle_sleep = self._min_sleep()
+                busy = dict.fromkeys(self.models, True)
+                continue
+            idle_sleep = min(idle_sleep * 2, self._idle_ceiling())
+
+    def _idle_ceiling(self) -> float:
+        # With LISTEN, notifications wake us; polling only catches what sends none (rows
+        # that come due later, bulk_create): a slower safety net costs the database less.
+        listening = self._listener is not None and self._listener.listening.is_set()
+        return max(self.poll_interval, 1.0) if listening else self.poll_interval
+
+    def _start_listener(self) -> None:
+        databases = {self.db_for(model) for model in self.models}
+        if self.burst or len(databases) != 1:
+            return
+        [using] = databases
+        if Listener.supported(using):
+            self._listener = Listener(using, [m._meta.db_table for m in self.models], self._wake)
+            self._listener.start()
 
     def _min_sleep(self) -> float:
         return max(self.poll_interval / 8, 0.005)
@@ -257,33 +300,52 @@ class Worker:
                 self._release(model, rows[start:], claim)
                 return
             done: list[QueueMixin] = []
+            failed: list[tuple[QueueMixin, BaseException]] = []
+            # One job per transaction needs no savepoint: if it fails, the whole transaction
+            # rolls back and the failure is recorded right after (the row is still ours).
+            single = len(chunk) == 1
+            lost_ids: set[Any] = set()
             try:
                 with transaction.atomic(using=using):
                     held = model.queue_queryset(using)._lock_held([r.pk for r in chunk], claim)
                     for row in chunk:
                         if row.pk not in held:
                             self._lost(row, claim)
+                            lost_ids.add(row.pk)
                             continue
-                        savepoint = transaction.savepoint(using=using)
+                        savepoint = None if single else transaction.savepoint(using=using)
                         error = self._call(row, claim)
                         if error is None:
-                            transaction.savepoint_commit(savepoint, using=using)
+                            if savepoint:
+                                transaction.savepoint_commit(savepoint, using=using)
                             done.append(row)
-                        else:
+                        elif savepoint:
                             transaction.savepoint_rollback(savepoint, using=using)
                             self._fail(row, error, claim)
+                        else:
+                            transaction.set_rollback(True, using=using)
+                            failed.append((row, error))
                     lost = record_successes(model, done, claim)
-                    self.stats.succeeded += len(done) - len(lost)
-                    self.stats.lost += len(lost)
-            except (OperationalError, InterfaceError):
-                raise  # the database is gone: nothing committed, leases bring the rows back
+            except OperationalError as exc:
+                if not is_transient_lock_error(exc, using):
+                    raise  # the database is gone: nothing committed, leases bring the rows back
+                # A deadlock or lock-wait timeout in a handler's writes: the group rolled back;
+                # a failed attempt each, retried by the policy.
+                logger.warning("worker %s: atomic group of %s hit %s", self.worker_id, model._meta.label, exc)
+                failed = [(row, exc) for row in chunk if row.pk not in lost_ids]
+            except InterfaceError:
+                raise
             except DatabaseError as exc:
-                # e.g. a deadlock in a handler's own writes: the whole group rolled back.
+                # e.g. a deferred constraint failing at commit: the whole group rolled back.
                 logger.warning(
                     "worker %s: atomic group of %s rolled back: %s", self.worker_id, model._meta.label, exc
                 )
-                for row in chunk:
-                    self._fail(row, exc, claim)
+                failed = [(row, exc) for row in chunk if row.pk not in lost_ids]
+            else:
+                self.stats.succeeded += len(done) - len(lost)
+                self.stats.lost += len(lost)
+            for row, error in failed:
+                self._fail(row, error, claim)
 
     def _call(self, row: QueueMixin, claim: Claim) -> BaseException | None:
         """Run one handler; return what it raised (None on success)."""
@@ -433,10 +495,18 @@ class _LeaseKeeper:
 
     def _run(self) -> None:
         next_renewal: dict[int, float] = {}
+        next_heartbeat = time.monotonic() + settings.HEARTBEAT_INTERVAL
         try:
             while not self._stop.wait(0.1):
                 self._watch_timeout()
                 now = time.monotonic()
+                if now >= next_heartbeat and self.worker._registry_db:
+                    next_heartbeat = now + settings.HEARTBEAT_INTERVAL
+                    try:
+                        registry.heartbeat(self.worker.worker_id, self.worker._registry_db)
+                    except DatabaseError as exc:
+                        logger.warning("heartbeat of %s failed: %s", self.worker.worker_id, exc)
+                        self.worker._close_connections()
                 with self._lock:
                     held = [(m, c, list(ids)) for m, c, ids in self._held.values() if ids]
                 for model, claim, ids in held:
@@ -492,3 +562,7 @@ def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None
                 f"the table {model._meta.db_table!r} of {model._meta.label} does not exist "
                 f"in database {using!r}: run 'manage.py migrate'"
             )
+
+
+def has_queue_column(model: type[QueueMixin]) -> bool:
+    return any(f.name == "queue" for f in model._meta.concrete_fields)

@@ -65,6 +65,9 @@ TEMPLATES = [
     }
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+TASKS = {
+    "default": {"BACKEND": "django_dbqueue.tasks.DatabaseBackend", "QUEUES": ["default", "other"]},
+}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -177,3 +177,49 @@ def test_bad_arguments_from_the_command_line_exit_with_a_message(start_worker) -
     worker = start_worker("nope.Model")
     assert worker.wait(timeout=60) == 1
     assert "Unknown model 'nope.Model'" in worker.output and "Traceback" not in worker.output
+
+
+def test_burst_shows_a_progress_bar_on_a_terminal(start_worker) -> None:
+    import pty
+    import subprocess
+    import sys
+
+    from django.db import connection
+
+    Job.objects.bulk_create([Job(name=str(i)) for i in range(300)])
+    connection.close()
+    leader, follower = pty.openpty()  # a real terminal for the command's stderr
+    env = {**os.environ, "DBQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"])}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "django",
+            "runqueue",
+            "--settings",
+            "tests.settings",
+            "testapp.Job",
+            "--burst",
+            "-v0",
+        ],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        cwd=str(os.path.dirname(os.path.dirname(__file__))),
+    )
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closes when the command exits
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert proc.wait(timeout=60) == 0
+    os.close(leader)
+    text = output.decode(errors="replace")
+    assert "draining" in text and "300/300" in text, text[-2000:]
+    assert states(Job) == {"succeeded": 300}

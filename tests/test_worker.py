@@ -116,7 +116,7 @@ def test_grouped_atomic_mode_isolates_each_handler_in_a_savepoint() -> None:
 def test_timeout_stops_a_slow_handler_and_counts_as_a_failed_attempt() -> None:
     job = TimeoutJob.objects.create(name="slow", sleep=5)
     started = time.monotonic()
-    drain(TimeoutJob)
+    drain(TimeoutJob, max_jobs=1)  # one attempt: the 50 ms retry may come due meanwhile
     assert time.monotonic() - started < 3
     job.refresh_from_db()
     assert job.queue_state == QueueState.READY and job.queue_attempts == 1
@@ -180,3 +180,52 @@ def test_worker_refuses_a_missing_table() -> None:
     finally:
         with connection.schema_editor() as editor:
             editor.create_model(Ledger)
+
+
+def test_workers_register_beat_and_leave(settings) -> None:
+    from django_dbqueue.registry import WorkerProcess
+
+    settings.DBQUEUE_HEARTBEAT_INTERVAL = 0.2
+    Job.objects.bulk_create([Job(name=str(i), sleep=0.1) for i in range(8)])
+    worker = Worker(models=[Job], batch_size=2, handle_signals=False, worker_id="beat-1")
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert wait_until(lambda: WorkerProcess.objects.filter(worker_id="beat-1").exists(), timeout=10)
+        first = WorkerProcess.objects.get(worker_id="beat-1").last_seen_at
+        assert wait_until(
+            lambda: WorkerProcess.objects.get(worker_id="beat-1").last_seen_at > first, timeout=10
+        )
+        assert list(WorkerProcess.objects.alive().values_list("worker_id", flat=True)) == ["beat-1"]
+        assert WorkerProcess.objects.get().queue_models == "testapp.Job"
+    finally:
+        worker.stop()
+        thread.join(timeout=20)
+    assert not WorkerProcess.objects.exists()  # a clean exit removes it
+
+
+def test_postgresql_notify_wakes_an_idle_worker_at_once() -> None:
+    from django.db import connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; elsewhere idle workers poll")
+    worker = Worker(models=[Job], handle_signals=False, poll_interval=5)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        assert wait_until(
+            lambda: worker._listener is not None and worker._listener.listening.is_set(), timeout=10
+        )
+        time.sleep(1.5)  # idle: the worker now sleeps for seconds between polls
+        with pytest.raises(RuntimeError), transaction.atomic():
+            Job.objects.create(name="rolled back")
+            raise RuntimeError  # a rolled-back enqueue must not swallow later wake-ups
+        started = time.monotonic()
+        job = Job.objects.create(name="wake up")
+        assert wait_until(lambda: Job.objects.get(pk=job.pk).queue_state == "succeeded", timeout=4)
+        pickup = time.monotonic() - started
+    finally:
+        worker.stop()
+        thread.join(timeout=20)
+    # Polling alone would take up to 5 s here.
+    assert pickup < 1.0, pickup

@@ -105,3 +105,21 @@ class Ticket(QueueMixin):
     def process(self) -> None:
         self.handled = True
         self.save()
+
+
+class Noop(QueueMixin):
+    """A handler that does nothing: what is left is the queue's own cost."""
+
+    payload = models.CharField(max_length=50, blank=True, default="")
+
+    def process(self) -> None:
+        pass
+
+
+class AtomicNoop(Noop):
+    """A proxy: same table, atomic mode (and its plain Meta must not trip the index check)."""
+
+    queue_atomic = True
+
+    class Meta:
+        proxy = True

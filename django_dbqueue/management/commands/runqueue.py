@@ -14,30 +14,16 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_dbqueue.conf import settings
+from django_dbqueue.handlers import NAME
+from django_dbqueue.management.arguments import positive_seconds, whole_number
 from django_dbqueue.models import QueueMixin, queue_models
 from django_dbqueue.supervisor import Supervisor
+from django_dbqueue.worker import has_queue_column
 
 WORKER_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
 
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
-
-
-def positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
-    return seconds
+positive_int = whole_number(1)
 
 
 def worker_id(value: str) -> str:
@@ -45,6 +31,12 @@ def worker_id(value: str) -> str:
         raise argparse.ArgumentTypeError(
             "use 1-200 letters, digits and . _ : @ - (it is stored and shown to operators)"
         )
+    return value
+
+
+def queue_name(value: str) -> str:
+    if not NAME.match(value) or len(value) > 64:
+        raise argparse.ArgumentTypeError("use 1-64 letters, digits and . _ : -")
     return value
 
 
@@ -68,13 +60,6 @@ def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
 
 class Command(BaseCommand):
     help = "Process queued rows of QueueMixin models until stopped (or drained, with --burst)."
-
-    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        # Wrong arguments raise CommandError (exit code 1 and a clear message), also when
-        # the command is called from code through call_command().
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        parser.called_from_command_line = False
-        return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -124,10 +109,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database", default=None, help="Database alias to consume from (default: the router's choice)."
         )
+        parser.add_argument(
+            "--queue",
+            action="append",
+            type=queue_name,
+            default=None,
+            help="Consume only this queue of models with a queue column (Message, tasks); repeatable.",
+        )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         models = resolve_models(options["models"])
+        if options["queue"]:
+            if options["models"]:
+                lacking = [m._meta.label for m in models if not has_queue_column(m)]
+                if lacking:
+                    raise CommandError(f"--queue: {', '.join(lacking)} has no 'queue' column.")
+            models = [m for m in models if has_queue_column(m)]
         database = options["database"]
         if database is not None and database not in connections:
             raise CommandError(f"Unknown database alias {database!r}.")
@@ -144,6 +142,7 @@ class Command(BaseCommand):
                 "lease": options["lease"],
                 "worker_id": options["worker_id"],
                 "database": database,
+                "queues": options["queue"],
             },
             progress=progress,
             stdout=sys.stderr,

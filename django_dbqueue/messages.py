@@ -1,0 +1,265 @@
+"""``Message``: a generic queue item for work that has no domain row of its own.
+
+``Message.objects.publish("email.send", {"to": ...}, key="welcome:42")`` inserts a READY row
+in the caller's transaction; a duplicate ``key`` (unique per kind) is ignored atomically by
+the database (INSERT IGNORE / ON CONFLICT DO NOTHING), so two publishers racing with the
+same key insert one row. ``runqueue`` hands each message to the handler of its kind.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.db import connections, models, transaction
+from django.db.models.constants import OnConflict
+from django.db.models.fields.json import KeyTransform
+from django.db.models.sql import InsertQuery
+from django.utils import timezone
+
+from .conf import settings
+from .exceptions import Discard
+from .handlers import NAME, InvalidPayload, get_handler
+from .models import QueueMixin
+from .query import QueueQuerySet
+from .states import QueueState
+from .wakeup import notify
+
+#: Rows per INSERT statement of publish_many.
+INSERT_CHUNK = 500
+
+
+class UndecodablePayload:
+    """What a payload column that does not hold valid JSON reads as (instead of crashing
+    every claim that selects the row)."""
+
+    def __init__(self, raw: Any, error: Exception) -> None:
+        self.raw = raw
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"<UndecodablePayload {str(self.raw)[:60]!r}: {self.error}>"
+
+
+class PayloadField(models.JSONField):
+    """A JSONField that reads text that is not JSON as an :class:`UndecodablePayload`.
+
+    Django's own JSONField hands such text back as a plain string, which a handler would
+    take for a valid payload; the message must end FAILED with the reason instead."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        if not isinstance(value, str) or isinstance(expression, KeyTransform):
+            return super().from_db_value(value, expression, connection)
+        try:
+            return json.loads(value, cls=self.decoder)
+        except ValueError as exc:
+            return UndecodablePayload(value, exc)
+
+
+class Published(NamedTuple):
+    message: Message
+    created: bool
+
+
+class MessageQuerySet(QueueQuerySet):
+    def publish(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        key: str | None = None,
+        run_at: datetime | timedelta | None = None,
+        priority: int = 0,
+        queue: str = "default",
+        on_commit: bool = False,
+    ) -> Published | None:
+        """Queue a message. With a ``key``, a message of the same kind and key that exists
+        already (in any state) wins: nothing is inserted and ``created`` is False.
+
+        With ``on_commit=True`` the message is published after the caller's transaction
+        commits (and never if it rolls back); the call then returns None.
+        """
+        message = self._build(kind, payload, key, run_at, priority, queue)
+        if on_commit:
+            transaction.on_commit(lambda: self._insert_one(message), using=self.db)
+            return None
+        return self._insert_one(message)
+
+    def publish_many(self, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Queue many messages (dicts of ``publish``'s arguments) in chunked INSERTs; a
+        duplicate key is skipped. Returns how many were inserted."""
+        built = [
+            self._build(
+                m["kind"],
+                m.get("payload"),
+                m.get("key"),
+                m.get("run_at"),
+                m.get("priority", 0),
+                m.get("queue", "default"),
+            )
+            for m in messages
+        ]
+        inserted = 0
+        with transaction.atomic(using=self.db, savepoint=False):
+            for start in range(0, len(built), INSERT_CHUNK):
+                inserted += self._insert_ignore(built[start : start + INSERT_CHUNK])
+            if inserted:
+                notify(self.db, [self.model._meta.db_table])
+        return inserted
+
+    def _insert_one(self, message: Message) -> Published:
+        if message.key is None:
+            message.save(using=self.db, force_insert=True)  # post_save sends the wake-up
+            return Published(message, True)
+        created = self._insert_ignore([message]) == 1
+        if created:
+            notify(self.db, [self.model._meta.db_table])
+        existing = self.model._base_manager.using(self.db).get(kind=message.kind, key=message.key)
+        return Published(existing, created)
+
+    def _insert_ignore(self, messages: list[Message]) -> int:
+        """One INSERT that skips rows whose (kind, key) exists; returns rows inserted."""
+        fields = [f for f in self.model._meta.concrete_fields if not f.primary_key]
+        query = InsertQuery(self.model, on_conflict=OnConflict.IGNORE)
+        query.insert_values(fields, messages, raw=False)
+        inserted = 0
+        with connections[self.db].cursor() as cursor:
+            for sql, params in query.get_compiler(using=self.db).as_sql():
+                cursor.execute(sql, params)
+                inserted += max(cursor.rowcount, 0)
+        return inserted
+
+    def _build(
+        self,
+        kind: str,
+        payload: Any,
+        key: str | None,
+        run_at: datetime | timedelta | None,
+        priority: int,
+        queue: str,
+    ) -> Message:
+        if not isinstance(kind, str) or not NAME.match(kind):
+            raise ValueError(f"message kind {kind!r}: use 1-100 letters, digits and _ . : -")
+        if not isinstance(queue, str) or not NAME.match(queue) or len(queue) > 64:
+            raise ValueError(f"queue name {queue!r}: use 1-64 letters, digits and _ . : -")
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 191):
+            raise ValueError(f"message key must be a string of 1-191 characters, not {key!r}")
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise TypeError(f"priority must be an integer, not {priority!r}")
+        try:
+            size = len(json.dumps(payload).encode())
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"the payload of a {kind!r} message is not JSON-serialisable: {exc}") from exc
+        if size > settings.MAX_PAYLOAD_BYTES:
+            raise ValueError(
+                f"the payload of a {kind!r} message is {size} bytes; the limit is "
+                f"{settings.MAX_PAYLOAD_BYTES} (DBQUEUE_MAX_PAYLOAD_BYTES): store big data "
+                "elsewhere and publish a reference to it"
+            )
+        now = timezone.now()
+        if isinstance(run_at, timedelta):
+            run_at = now + run_at
+        elif run_at is not None and timezone.is_naive(run_at):
+            raise ValueError("run_at must be timezone-aware")
+        return self.model(
+            kind=kind,
+            key=key,
+            payload=payload,
+            queue=queue,
+            queue_priority=priority,
+            queue_run_at=run_at or now,
+            queue_enqueued_at=now,
+            queue_state=QueueState.READY,
+        )
+
+
+MessageManager = models.Manager.from_queryset(MessageQuerySet)
+
+
+class Message(QueueMixin):
+    """A unit of work with a kind, a JSON payload and an optional de-duplication key."""
+
+    queue = models.CharField(max_length=64, default="default")
+    kind = models.CharField(max_length=100)
+    key = models.CharField(max_length=191, null=True, blank=True)
+    payload = PayloadField(null=True, blank=True)
+
+    objects = MessageManager()
+
+    class Meta(QueueMixin.Meta):
+        constraints = [models.UniqueConstraint(fields=["kind", "key"], name="dbqueue_message_unique_key")]
+        indexes = [
+            models.Index(fields=["queue_state", "-queue_priority", "queue_run_at"], name="dbqueue_msg_claim"),
+            models.Index(
+                fields=["queue_state", "queue", "-queue_priority", "queue_run_at"],
+                name="dbqueue_msg_queue_claim",
+            ),
+            models.Index(fields=["queue_state", "queue_finished_at"], name="dbqueue_msg_finished"),
+        ]
+
+    def __str__(self) -> str:
+        suffix = f" [{self.key}]" if self.key else ""
+        return f"{self.kind}{suffix} #{self.pk}"
+
+    def process(self) -> None:
+        handler = get_handler(self.kind)
+        if handler is None:
+            raise Discard(f"no handler is registered for message kind {self.kind!r}")
+        if isinstance(self.payload, UndecodablePayload):
+            raise Discard(
+                f"the payload is not valid JSON ({self.payload.error}): {str(self.payload.raw)[:200]!r}"
+            )
+        size = len(json.dumps(self.payload).encode())
+        if size > settings.MAX_PAYLOAD_BYTES:
+            raise Discard(f"the payload is {size} bytes, over DBQUEUE_MAX_PAYLOAD_BYTES")
+        try:
+            handler.validate(self.payload)
+        except InvalidPayload as exc:
+            raise Discard(f"invalid payload for {self.kind!r}: {exc}") from exc
+        handler.func(self)
+
+
+class ArchivedMessage(models.Model):
+    """A finished message moved out of the hot table by ``purgequeue --archive`` (seed 000:
+    accept = archive + delete), so the queue table stays small while history stays queryable."""
+
+    original_id = models.BigIntegerField()
+    queue = models.CharField(max_length=64)
+    kind = models.CharField(max_length=100)
+    key = models.CharField(max_length=191, null=True, blank=True)
+    payload = PayloadField(null=True, blank=True)
+    state = models.CharField(max_length=16)
+    attempts = models.PositiveIntegerField()
+    last_error = models.TextField(blank=True, default="")
+    enqueued_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True)
+    archived_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["kind", "key"], name="dbqueue_archive_key"),
+            models.Index(fields=["finished_at"], name="dbqueue_archive_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"archived {self.kind} #{self.original_id}"
+
+    @classmethod
+    def from_message(cls, message: Message) -> ArchivedMessage:
+        payload = message.payload
+        if isinstance(payload, UndecodablePayload):
+            payload = {"undecodable": str(payload.raw)}
+        return cls(
+            original_id=message.pk,
+            queue=message.queue,
+            kind=message.kind,
+            key=message.key,
+            payload=payload,
+            state=message.queue_state,
+            attempts=message.queue_attempts,
+            last_error=message.queue_last_error,
+            enqueued_at=message.queue_enqueued_at,
+            finished_at=message.queue_finished_at,
+        )

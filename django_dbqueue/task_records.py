@@ -1,0 +1,84 @@
+"""``TaskRecord``: one row per ``django.tasks`` task enqueued through ``django_dbqueue.tasks``.
+
+The model imports nothing from ``django.tasks`` (Django >= 6.0) so that the app still loads on
+Django 5.2; running a record needs Django 6.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import models
+from django.utils.crypto import get_random_string
+
+from .conf import settings
+from .models import QueueMixin, describe_error
+from .retry import ExponentialBackoff, RetryPolicy
+
+
+def new_result_id() -> str:
+    return get_random_string(32)
+
+
+class SettingsRetry:
+    """The retry policy of tasks: ``DBQUEUE_TASK_RETRY``, read when used (so tests and
+    deployments can change it without touching the model)."""
+
+    _default = ExponentialBackoff()
+
+    def _policy(self) -> RetryPolicy:
+        return settings.TASK_RETRY or self._default  # type: ignore[return-value]
+
+    @property
+    def max_attempts(self) -> int | None:
+        return self._policy().max_attempts
+
+    def delay(self, attempts: int, error: BaseException | None) -> timedelta | None:
+        return self._policy().delay(attempts, error)
+
+
+class TaskRecord(QueueMixin):
+    id = models.CharField(primary_key=True, max_length=32, default=new_result_id, editable=False)
+    task_path = models.CharField(max_length=255)
+    queue = models.CharField(max_length=64, default="default")
+    backend = models.CharField(max_length=64, default="default")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    takes_context = models.BooleanField(default=False)
+    return_value = models.JSONField(null=True, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    worker_ids = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    # The return value, the worker ids and the outcome commit together.
+    queue_atomic = True
+    queue_retry = SettingsRetry()
+
+    class Meta(QueueMixin.Meta):
+        verbose_name = "task"
+        indexes = [
+            models.Index(
+                fields=["queue_state", "-queue_priority", "queue_run_at"], name="dbqueue_task_claim"
+            ),
+            models.Index(
+                fields=["queue_state", "queue", "-queue_priority", "queue_run_at"],
+                name="dbqueue_task_queue_claim",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_path} [{self.pk}]"
+
+    def process(self) -> None:
+        from .tasks import run_record
+
+        run_record(self)
+
+    def queue_failure_fields(self, error: BaseException | str) -> dict[str, Any]:
+        kind = type(error) if isinstance(error, BaseException) else RuntimeError
+        entry = {
+            "exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
+            "traceback": describe_error(error),
+        }
+        return {"errors": [*self.errors, entry], "worker_ids": self.worker_ids, "started_at": self.started_at}

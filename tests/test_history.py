@@ -1,0 +1,88 @@
+"""QueueAttempt history: one row per attempt, written with the outcome."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db.models import Count
+from django.utils import timezone
+
+from django_dbqueue.history import QueueAttempt
+from django_dbqueue.states import QueueState
+from django_dbqueue.worker import Worker
+from tests.conftest import wait_until
+from tests.testapp.models import AtomicJob, Job, Ledger
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def assert_history_matches(model) -> None:
+    """Every attempt a row made is recorded exactly once, and the last one says how it ended."""
+    final = {"succeeded": "succeeded", "failed": {"failed", "lost"}}
+    for row in model.objects.all():
+        attempts = list(
+            QueueAttempt.objects.filter(model=model._meta.label, object_id=str(row.pk)).order_by("attempt")
+        )
+        assert [a.attempt for a in attempts] == list(range(1, row.queue_attempts + 1)), row.pk
+        last = attempts[-1].outcome
+        expected = final[row.queue_state]
+        assert last in expected if isinstance(expected, set) else last == expected, (row.pk, last)
+        for a in attempts[:-1]:
+            assert a.outcome in ("retried", "lost")
+        assert all(a.claimed_at and a.finished_at >= a.claimed_at for a in attempts)
+
+
+def test_each_outcome_writes_one_attempt_row() -> None:
+    Job.objects.bulk_create([Job(name="ok"), Job(name="flaky", fail_times=1), Job(name="dead", fail_times=9)])
+    for _ in range(30):
+        Worker(models=[Job], burst=True, handle_signals=False).run()
+        if not Job.objects.filter(queue_state="ready").exists():
+            break
+        time.sleep(0.1)
+    assert_history_matches(Job)
+    flaky = Job.objects.get(name="flaky")
+    retried = QueueAttempt.objects.get(object_id=str(flaky.pk), attempt=1)
+    assert retried.outcome == "retried" and "planned failure on attempt 1" in retried.error
+    assert retried.worker_id and retried.due_at and retried.enqueued_at
+
+
+def test_rescue_records_lost_attempts() -> None:
+    Job.objects.create(name="x")
+    [row] = Job.objects.claim(lease=60)
+    Job.objects.filter(pk=row.pk).update(queue_locked_until=timezone.now() - timezone.timedelta(seconds=1))
+    assert Job.objects.rescue_expired() == 1
+    attempt = QueueAttempt.objects.get()
+    assert (attempt.outcome, attempt.attempt, attempt.worker_id) == ("lost", 1, row.queue_locked_by)
+
+
+def test_history_can_be_turned_off(settings) -> None:
+    settings.DBQUEUE_HISTORY = False
+    Job.objects.create(name="x")
+    Worker(models=[Job], burst=True, handle_signals=False).run()
+    assert not QueueAttempt.objects.exists()
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("model", [Job, AtomicJob], ids=["lease", "atomic"])
+def test_history_matches_outcomes_after_a_four_worker_drain_with_kills(start_worker, model) -> None:
+    model.objects.bulk_create(
+        [model(name=str(i), sleep=0.01, fail_times=1 if i % 10 == 0 else 0) for i in range(400)]
+    )
+    for _ in range(2):  # two rounds of SIGKILL mid-drain
+        worker = start_worker(model._meta.label, "--concurrency", "4", "--batch-size", "20", "--lease", "1")
+        target = Ledger.objects.count() + 60
+        assert wait_until(lambda target=target: Ledger.objects.count() >= target, timeout=60)
+        worker.kill_all()
+        worker.wait()
+    time.sleep(1.2)
+    final = start_worker(model._meta.label, "--concurrency", "4", "--batch-size", "20", "--burst")
+    assert final.wait(timeout=180) == 0, final.output
+    deadline = time.monotonic() + 30
+    while model.objects.filter(queue_state="ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.3)  # a few retries wait out their backoff
+        start_worker(model._meta.label, "--burst").wait(timeout=60)
+    counts = dict(model.objects.values_list("queue_state").annotate(n=Count("pk")))
+    assert counts == {QueueState.SUCCEEDED: 400}
+    assert QueueAttempt.objects.filter(outcome="lost").exists()  # the kills left lost attempts
+    assert_history_matches(model)
