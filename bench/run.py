@@ -49,6 +49,7 @@ PEER_NAMES = {
 }
 OURS_VARIANTS = {
     "lease": ("dbqapp.NoopJob", "django_dbqueue, lease mode (batched outcomes)"),
+    "lease-nohist": ("dbqapp.NoopJob", "django_dbqueue, lease mode, attempt history off"),
     "atomic": ("dbqapp.AtomicJob", "django_dbqueue, atomic mode (1 job per transaction)"),
     "grouped": ("dbqapp.GroupedJob", "django_dbqueue, atomic mode, 100 jobs per transaction"),
 }
@@ -142,6 +143,8 @@ class Workers:
 
     def start(self) -> Workers:
         env = system_env(self.system, self.workers, **self.extra_env)
+        if self.variant == "lease-nohist":
+            env["BENCH_DBQ_HISTORY"] = "0"  # DBQUEUE_HISTORY = False
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         logfile = open(LOG_DIR / f"{self.system}-{self.variant}-{self.workers}.log", "ab")
         for argv in worker_commands(self.system, self.variant, self.workers):
@@ -665,7 +668,7 @@ def variants(system: str) -> tuple[str, ...]:
 
 
 def drain_n(plan: Plan, system: str, variant: str) -> int:
-    if variant in ("lease", "grouped", "batch"):
+    if variant in ("lease", "lease-nohist", "grouped", "batch"):
         return plan.n_fast
     if variant in ("atomic", "claim100"):
         return plan.n_per_job

@@ -44,6 +44,10 @@ TASKS: dict = {}
 
 if SYSTEM == "dbqueue":
     INSTALLED_APPS += ["django_dbqueue", "bench.dbqapp"]
+    # The library's defaults are measured; BENCH_DBQ_HISTORY=0/1 overrides attempt history
+    # (for profiling its cost).
+    if os.environ.get("BENCH_DBQ_HISTORY"):
+        DBQUEUE_HISTORY = os.environ["BENCH_DBQ_HISTORY"] == "1"
 elif SYSTEM == "tasksdb":
     INSTALLED_APPS += ["django_tasks_db", "bench.peerapp"]
     TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
