@@ -13,7 +13,7 @@ class Settings:
     #: Rows claimed per claim statement by ``runqueue`` (``--batch-size``).
     BATCH_SIZE: int = 100
     #: Longest sleep of an idle worker between polls, in seconds (``--poll-interval``).
-    POLL_INTERVAL: float = 0.05
+    POLL_INTERVAL: float = 0.045
     #: Seconds between two runs of the expired-lease rescue by each worker.
     RESCUE_INTERVAL: float = 15.0
     #: Rows the rescue statement handles at most per run (it is bounded, never a long scan).

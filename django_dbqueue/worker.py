@@ -84,7 +84,8 @@ class Worker:
         self.models = list(models) if models else queue_models()
         if not self.models:
             raise ImproperlyConfigured("no QueueMixin models are installed: nothing to consume")
-        self.batch_size = batch_size or settings.BATCH_SIZE
+        # None: per model (settings.BATCH_SIZE for lease mode, a small claim for atomic mode).
+        self.batch_size = batch_size
         self.burst = burst
         self.max_jobs = max_jobs
         self.poll_interval = poll_interval if poll_interval is not None else settings.POLL_INTERVAL
@@ -139,10 +140,11 @@ class Worker:
             registry.register(self.worker_id, self.models, self._registry_db)
             self._start_listener()
             logger.info(
-                "worker %s consuming %s (batch %d%s)",
+                "worker %s consuming %s%s",
                 self.worker_id,
-                ", ".join(m._meta.label for m in self.models),
-                self.batch_size,
+                ", ".join(
+                    f"{m._meta.label} (batch {self.batch_size or default_batch_size(m)})" for m in self.models
+                ),
                 ", burst" if self.burst else "",
             )
             self._loop()
@@ -181,7 +183,7 @@ class Worker:
                     if not busy[model] and not qs.has_ready():
                         continue
                     rows = qs.claim(
-                        self._claim_size(), self.worker_id, self.lease or model.queue_lease_seconds()
+                        self._claim_size(model), self.worker_id, self.lease or model.queue_lease_seconds()
                     )
                     busy[model] = bool(rows)
                     if rows:
@@ -236,9 +238,10 @@ class Worker:
             return None
         return max(self.max_jobs - self.stats.processed - self.stats.lost, 0)
 
-    def _claim_size(self) -> int:
+    def _claim_size(self, model: type[QueueMixin]) -> int:
+        size = self.batch_size or default_batch_size(model)
         left = self._quota_left()
-        return self.batch_size if left is None else min(self.batch_size, left)
+        return size if left is None else min(size, left)
 
     def _maybe_rescue(self) -> None:
         now = time.monotonic()
@@ -554,8 +557,15 @@ class _LeaseKeeper:
 
 
 def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None) -> None:
-    """Fail fast, with the fix in the message, when a queue table was never migrated."""
-    for model in models:
+    """Fail fast, with the fix in the message, when a queue table (or one of the tables this
+    app writes beside it) was never migrated."""
+    from .history import QueueAttempt, history_enabled
+    from .registry import WorkerProcess
+
+    needed: list[type] = [*models, WorkerProcess]
+    if any(history_enabled(model) for model in models):
+        needed.append(QueueAttempt)
+    for model in needed:
         using = database or router.db_for_write(model) or DEFAULT_DB_ALIAS
         if model._meta.db_table not in connections[using].introspection.table_names():
             raise ImproperlyConfigured(
@@ -566,3 +576,14 @@ def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None
 
 def has_queue_column(model: type[QueueMixin]) -> bool:
     return any(f.name == "queue" for f in model._meta.concrete_fields)
+
+
+def default_batch_size(model: type[QueueMixin]) -> int:
+    """Rows claimed at once when --batch-size is not given.
+
+    Lease mode writes a batch's successes in one statement, so big batches pay. Atomic mode
+    commits once per group anyway; claiming many more rows than a group only lets one worker
+    sit on rows that idle workers could run (and makes a slow tail at the end of a drain)."""
+    if model.queue_atomic:
+        return max(10, int(getattr(model, "queue_atomic_group", 1) or 1))
+    return settings.BATCH_SIZE

@@ -249,3 +249,19 @@ def test_concurrent_claimers_never_share_a_row() -> None:
     every = [pk for part in claimed for pk in part]
     assert len(every) == 600 and len(set(every)) == 600
     assert sum(1 for part in claimed if part) >= 2  # really concurrent
+
+
+def test_bulk_enqueue_inserts_ready_rows_without_asking_for_ids() -> None:
+    rows = [Job(name=str(i), queue_state=QueueState.IDLE) for i in range(2500)]
+    assert Job.objects.bulk_enqueue(rows, batch_size=1000) == 2500
+    assert all(row.pk is None for row in rows)
+    assert Job.objects.ready().count() == 2500
+    assert sorted(int(n) for n in Job.objects.values_list("name", flat=True)) == list(range(2500))
+
+
+def test_bulk_enqueue_checks_its_input() -> None:
+    with pytest.raises(TypeError):
+        Job.objects.bulk_enqueue([Ticket(subject="x")])
+    with pytest.raises(ValueError):
+        Job.objects.bulk_enqueue([Job()], batch_size=0)
+    assert not Job.objects.exists()

@@ -75,7 +75,7 @@ class Command(BaseCommand):
             "--batch-size",
             type=positive_int,
             default=None,
-            help=f"Rows claimed at once (default {settings.BATCH_SIZE}).",
+            help=f"Rows claimed at once (default {settings.BATCH_SIZE}; atomic models: 10 or their group).",
         )
         parser.add_argument(
             "--burst",
