@@ -210,7 +210,7 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
         f"| {_ratio(_enqueue_ratio(runs, 'one'))} | | | ≥ 0.80 |"
     )
     add(
-        "| bulk enqueue: `bulk_create()` / raw executemany "
+        "| bulk enqueue: `bulk_enqueue()` / raw executemany "
         f"| {_ratio(_enqueue_ratio(runs, 'bulk'))} | | | ≥ 0.80 |"
     )
     add("")
@@ -334,7 +334,7 @@ METHOD = """## How it is measured
 * **django_dbqueue runs with its defaults**, attempt history (`DBQUEUE_HISTORY`) on; the row
   "attempt history off" sets `DBQUEUE_HISTORY = False` to show what the history costs.
 * **Drain.** The backlog is enqueued in bulk (untimed), then the system's own worker command
-  starts: `runqueue app.Model --concurrency N --batch-size 100` (ours, default polling),
+  starts: `runqueue app.Model --concurrency N` (ours, default batch size and polling),
   `dj_queue` (N processes × 3 threads, polling 0.1 s), N × `db_worker --interval 0.1`
   (django-tasks-db runs one job at a time per process), `qcluster` (django-q2, N workers, ORM broker,
   poll 0.1 s, results not saved), `bench/raw.py work` (N forked processes). The rate is the backlog
@@ -343,8 +343,9 @@ METHOD = """## How it is measured
 * **Exactly-once.** After each drain the ledger must hold every job id exactly once (`runs = 1`).
 * **Enqueue.** One by one: the public API, each job committed on its own (`Model().save()`,
   `task.enqueue()`, `async_task()`, raw `INSERT` in autocommit). Bulk: one transaction
-  (`bulk_create`, dj_queue's `enqueue_all()`, ORM `bulk_create` of django-tasks-db's rows — it has no
-  bulk API —, raw `executemany` of 1,000 rows per statement). django-q2 has no bulk API.
+  (`Model.objects.bulk_enqueue()`, dj_queue's `enqueue_all()`, ORM `bulk_create` of
+  django-tasks-db's rows — it has no bulk API —, raw `executemany` of 1,000 rows per statement).
+  django-q2 has no bulk API.
 * **Pickup latency.** One idle worker; jobs are enqueued one at a time with random gaps
   (0.075–0.225 s); latency = handler start − enqueue commit. Before that, the statements the idle
   worker sends are counted for a few seconds (a Django execute wrapper in the benchmark app).

@@ -110,7 +110,7 @@ def worker_commands(system: str, variant: str, workers: int) -> list[list[str]]:
     """The system's own worker command(s) for ``workers`` worker processes."""
     if system == "dbqueue":
         model = OURS_VARIANTS[variant][0]
-        return [[OURS_PY, MANAGE, "runqueue", model, "--concurrency", str(workers), "--batch-size", "100"]]
+        return [[OURS_PY, MANAGE, "runqueue", model, "--concurrency", str(workers)]]  # its defaults
     if system == "raw":
         return [[OURS_PY, RAW, "work", "--mode", variant, "--procs", str(workers)]]
     if system == "tasksdb":  # one job at a time per process: start N processes
