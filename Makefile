@@ -57,8 +57,8 @@ test-sqlite: venv
 test-django52: venv services
 	@bash scripts/make-venv.sh .venv-django52
 	.venv-django52/bin/pip install -q -e '.[dev]' 'Django>=5.2,<5.3'
-	DATABASE_URL=$(SQLITE_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes" --ignore=tests/chaos
-	DATABASE_URL=$(MARIADB_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes" --ignore=tests/chaos
+	DATABASE_URL=$(SQLITE_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes and not spark and not browser" --ignore=tests/chaos
+	DATABASE_URL=$(MARIADB_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes and not spark and not browser" --ignore=tests/chaos
 
 # -- benchmarks -----------------------------------------------------------------------------
 # The peers get their own virtualenv (they are not dependencies of django_dbqueue).
@@ -84,3 +84,10 @@ example: venv
 
 clean:
 	rm -rf $(VENV) .venv-django52 .pytest_cache .ruff_cache tests/*.sqlite3 example_project/*.sqlite3
+
+# -- Spark pipeline benchmark (bench/spark_bench.py): 1M-row enqueue three ways + the report --
+SPARK_BENCH_URL ?= mysql://root@127.0.0.1:3306/spark_bench
+SPARK_BENCH_ROWS ?= 1000000
+.PHONY: bench-spark
+bench-spark: venv services
+	DATABASE_URL=$(SPARK_BENCH_URL) $(PY) bench/spark_bench.py --rows $(SPARK_BENCH_ROWS)

@@ -33,6 +33,8 @@ class Settings:
     #: Retry policy of ``django.tasks`` tasks run through django_dbqueue (None: the default
     #: ``ExponentialBackoff()``).
     TASK_RETRY: object = None
+    #: The MariaDB Connector/J jar the Spark pipeline (``django_dbqueue.spark``) hands to Spark.
+    SPARK_JDBC_JAR: str = "/usr/share/java/mariadb-java-client.jar"
 
     def __getattribute__(self, name: str) -> Any:
         if name.isupper():

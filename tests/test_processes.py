@@ -8,6 +8,7 @@ import time
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import transaction
 from django.db.models import Count
 
 from django_dbqueue.states import QueueState
@@ -15,6 +16,12 @@ from tests.conftest import skip_on_sqlite, wait_until
 from tests.testapp.models import AtomicJob, Job, Ledger, TimeoutJob
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+
+
+def is_locked_elsewhere(model, pk) -> bool:
+    """True while another transaction holds the row's lock (SKIP LOCKED then skips it)."""
+    with transaction.atomic():
+        return not model.objects.filter(pk=pk).select_for_update(skip_locked=True).exists()
 
 
 def runs_per_row(model) -> dict[int, int]:
@@ -91,11 +98,13 @@ def test_late_outcome_from_a_lost_claim_is_rejected(start_worker) -> None:
 def test_atomic_writes_commit_once_when_the_lease_expired_and_another_worker_took_the_row(
     start_worker,
 ) -> None:
-    AtomicJob.objects.bulk_create([AtomicJob(name=str(i), sleep=1.0) for i in range(2)])
+    first, _ = AtomicJob.objects.bulk_create([AtomicJob(name=str(i), sleep=1.0) for i in range(2)])
     slow = start_worker("testapp.AtomicJob", "--lease", "1", "--batch-size", "2")
     assert wait_until(
         lambda: AtomicJob.objects.filter(queue_state=QueueState.RUNNING).count() == 2, timeout=30
     )
+    # Freeze it only once its transaction holds the first row's lock (its handler runs).
+    assert wait_until(lambda: is_locked_elsewhere(AtomicJob, first.pk), timeout=30)
     [pid] = slow.worker_pids()
     os.kill(pid, signal.SIGSTOP)  # holds the first row's lock, its leases run out
     try:

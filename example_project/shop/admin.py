@@ -2,15 +2,20 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from django_dbqueue.admin import QueueAdminMixin
+
 from .models import Customer, Invoice, Order
 
 
 @admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
-    list_display = ["id", "customer", "total", "status", "queue_state", "queue_attempts", "queue_run_at"]
-    list_filter = ["queue_state", "status", "customer__country"]
+class OrderAdmin(QueueAdminMixin, admin.ModelAdmin):
+    # The shop's own columns, filters and search; QueueAdminMixin adds the queue's after them
+    # (state, priority, run at, attempts, last error; state/error/date/number range filters;
+    # retry, reprioritise, reschedule, cancel, enqueue again, delete; dashboard; take items).
+    list_display = ["id", "customer", "total", "status"]
+    list_filter = ["status", "customer__country"]
     search_fields = ["customer__name"]
-    show_full_result_count = False
+    list_select_related = ["customer"]
 
 
 admin.site.register(Customer)

@@ -1,0 +1,250 @@
+"""Benchmark (not a test): the admin changelist of a 1,000,000-row queue table on MariaDB.
+
+    DATABASE_URL=mysql://root@127.0.0.1:3306/admin_bench .venv/bin/python bench/admin_changelist.py
+
+Fills ``testapp_ticket`` (the test app's Ticket: QueueMixin + subject/customer) with a
+realistic mix — mostly finished rows, some failed, a few ready, scheduled and running —
+using MariaDB's sequence engine (``INSERT … SELECT … FROM seq_1_to_1000000``), then times
+admin pages through Django's test client (the whole request: middleware, ChangeList,
+templates) and records the SQL each ran. It runs every page twice: first with only the
+index QueueMixin gives, then with two indexes a real project would have (the domain's
+``customer`` — a ForeignKey gets one anyway — and ``(queue_state, queue_finished_at)`` for the
+dashboard's "last hour" numbers). Writes a Markdown report to ``bench/out/admin_changelist.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ.setdefault("DATABASE_URL", "mysql://root@127.0.0.1:3306/admin_bench")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth.models import User  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+from django.urls import reverse  # noqa: E402
+
+from tests.testapp.models import Ticket  # noqa: E402
+
+EXTRA_INDEXES = {
+    "admin_bench_customer": "(customer)",
+    "admin_bench_state_finished": "(queue_state, queue_finished_at)",
+}
+
+# seq % 1000 decides the state: 0-969 succeeded, 970-979 failed, 980-989 ready (half of them
+# scheduled in the future), 990 running, 991-994 cancelled, 995-999 idle.
+FILL = """
+INSERT INTO testapp_ticket (subject, customer, handled, queue_state, queue_priority, queue_run_at,
+    queue_attempts, queue_last_error, queue_last_attempt_at, queue_locked_by, queue_locked_until,
+    queue_token, queue_enqueued_at, queue_finished_at)
+SELECT CONCAT('Order ', seq), seq MOD 5000, seq MOD 1000 < 970,
+    CASE WHEN seq MOD 1000 < 970 THEN 'succeeded' WHEN seq MOD 1000 < 980 THEN 'failed'
+         WHEN seq MOD 1000 < 990 THEN 'ready' WHEN seq MOD 1000 = 990 THEN 'running'
+         WHEN seq MOD 1000 < 995 THEN 'cancelled' ELSE 'idle' END,
+    seq MOD 7,
+    CASE WHEN seq MOD 1000 BETWEEN 985 AND 989 THEN @now + INTERVAL (seq MOD 86400) SECOND
+         ELSE @now - INTERVAL (seq MOD 2592000) SECOND END,
+    CASE WHEN seq MOD 1000 BETWEEN 970 AND 979 THEN 8 WHEN seq MOD 1000 < 970 THEN 1 ELSE 0 END,
+    CASE WHEN seq MOD 1000 BETWEEN 970 AND 979
+         THEN CONCAT('Traceback (most recent call last):\\n  File "shop/models.py", line 80, in process\\n',
+                     'TimeoutError: payment gateway timed out for order ', seq)
+         ELSE '' END,
+    CASE WHEN seq MOD 1000 < 980 OR seq MOD 1000 = 990 THEN @now - INTERVAL (seq MOD 2592000) SECOND END,
+    CASE WHEN seq MOD 1000 = 990 THEN CONCAT('web-', seq MOD 4, ':100') END,
+    CASE WHEN seq MOD 1000 = 990 THEN @now + INTERVAL 5 MINUTE END,
+    CASE WHEN seq MOD 1000 = 990 THEN seq END,
+    @now - INTERVAL (seq MOD 2592000) SECOND - INTERVAL 1 MINUTE,
+    CASE WHEN seq MOD 1000 < 980 OR seq MOD 1000 BETWEEN 991 AND 994
+         THEN @now - INTERVAL (seq MOD 2592000) SECOND END
+FROM seq_1_to_{n}
+"""
+
+
+def ensure_database(n: int, refill: bool) -> None:
+    settings = connection.settings_dict
+    name = settings["NAME"]
+    assert name.startswith("admin_"), "use a database named admin_…"
+    import MySQLdb
+
+    server = MySQLdb.connect(
+        host=settings["HOST"] or "127.0.0.1",
+        port=int(settings["PORT"] or 3306),
+        user=settings["USER"],
+        passwd=settings["PASSWORD"] or "",
+    )
+    server.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4")
+    server.close()
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM testapp_ticket")
+        have = cursor.fetchone()[0]
+        if have == n and not refill:
+            print(f"testapp_ticket already has {have:,} rows")
+            return
+        drop_extra_indexes()
+        cursor.execute("TRUNCATE testapp_ticket")
+        cursor.execute("SET @now = UTC_TIMESTAMP(6)")
+        started = time.perf_counter()
+        cursor.execute(FILL.format(n=n))
+        print(f"filled {n:,} rows in {time.perf_counter() - started:.1f}s")
+        cursor.execute("ANALYZE TABLE testapp_ticket")
+        cursor.fetchall()
+
+
+def drop_extra_indexes() -> None:
+    with connection.cursor() as cursor:
+        for name in EXTRA_INDEXES:
+            cursor.execute(f"DROP INDEX IF EXISTS {name} ON testapp_ticket")
+
+
+def add_extra_indexes() -> None:
+    with connection.cursor() as cursor:
+        for name, columns in EXTRA_INDEXES.items():
+            cursor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON testapp_ticket {columns}")
+        cursor.execute("ANALYZE TABLE testapp_ticket")
+        cursor.fetchall()
+
+
+def pages() -> list[tuple[str, str]]:
+    changelist = reverse("admin:testapp_ticket_changelist")
+    since = "queue_finished_at__range__gte_0=2026-11-17&queue_finished_at__range__gte_1=00:00:00"
+    return [
+        ("changelist, no filter (default)", changelist),
+        ("changelist, page 50", changelist + "?p=50"),
+        ("state = ready", changelist + "?queue_state__exact=ready"),
+        ("state = failed", changelist + "?queue_state__exact=failed"),
+        ("has error", changelist + "?queue_has_error=yes"),
+        ("customer 3345 (search =customer)", changelist + "?q=3345"),
+        ("customer 3345 (?customer=, as a ForeignKey filter does)", changelist + "?customer=3345"),
+        (
+            "customer 3345 (search), failed, finished since Tuesday",
+            changelist + f"?q=3345&queue_state__exact=failed&{since}",
+        ),
+        (
+            "customer 3345 (?customer=), failed, finished since Tuesday",
+            changelist + f"?customer=3345&queue_state__exact=failed&{since}",
+        ),
+        ("priority >= 5, state ready", changelist + "?queue_state__exact=ready&queue_priority__range__gte=5"),
+        ("dashboard", reverse("admin:testapp_ticket_dbqueue_dashboard")),
+    ]
+
+
+def measure(client: Client, url: str, repeat: int) -> tuple[list[float], list[dict[str, Any]]]:
+    client.get(url)  # warm caches, template loading
+    times = []
+    queries: list[dict[str, Any]] = []
+    for _ in range(repeat):
+        with CaptureQueriesContext(connection) as captured:
+            started = time.perf_counter()
+            response = client.get(url)
+            times.append(time.perf_counter() - started)
+        assert response.status_code == 200, (url, response.status_code)
+        queries = captured.captured_queries
+    return times, queries
+
+
+def explain(sql: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql)
+        names = [c[0] for c in cursor.description]
+        rows = cursor.fetchall()
+    keep = ("table", "type", "key", "rows", "Extra")
+    return "; ".join(", ".join(f"{k}={row[names.index(k)]}" for k in keep if k in names) for row in rows)
+
+
+def run(repeat: int, label: str, out: list[str]) -> None:
+    client = Client()
+    client.force_login(User.objects.get(username="admin_bench"))
+    out.append(f"\n## {label}\n")
+    out.append("| page | median | min | queries |\n|---|---:|---:|---:|")
+    details = []
+    for name, url in pages():
+        times, queries = measure(client, url, repeat)
+        median, best = statistics.median(times), min(times)
+        out.append(f"| {name} | {median * 1000:.0f} ms | {best * 1000:.0f} ms | {len(queries)} |")
+        print(
+            f"{label:>22} | {name:<48} median {median * 1000:7.1f} ms  min {best * 1000:7.1f} ms  "
+            f"{len(queries)} queries"
+        )
+        details.append(f"\n### {name} — `{url}`\n")
+        for q in queries:
+            sql = q["sql"]
+            if "testapp_ticket" in sql or "information_schema" in sql:
+                plan = (
+                    explain(sql)
+                    if sql.upper().startswith("SELECT") and "information_schema" not in sql
+                    else ""
+                )
+                details.append(
+                    f"* {float(q['time']) * 1000:.1f} ms `{sql}`" + (f"\n  EXPLAIN: {plan}" if plan else "")
+                )
+            else:
+                details.append(f"* {float(q['time']) * 1000:.1f} ms (session/auth) `{sql[:90]}…`")
+    # One bulk action over a whole filtered set ("select all"), as the operator runs it.
+    url = (
+        reverse("admin:testapp_ticket_changelist") + "?queue_state__exact=ready&queue_priority__range__gte=5"
+    )
+    pk = (
+        Ticket.objects.filter(queue_state="ready", queue_priority__gte=5).values_list("pk", flat=True).first()
+    )
+    data = {"action": "dbqueue_reprioritize", "select_across": "1", "_selected_action": [str(pk)]}
+    data.update(dbqueue_apply="1", priority="9")
+    with CaptureQueriesContext(connection) as captured:
+        started = time.perf_counter()
+        response = client.post(url, data)
+        took = time.perf_counter() - started
+    assert response.status_code == 302, response.status_code
+    writes = [q for q in captured.captured_queries if q["sql"].startswith("UPDATE `testapp_ticket`")]
+    out.append(
+        f"\n### action: reprioritise all READY rows with priority >= 5 (select all) — {took * 1000:.0f} ms\n"
+    )
+    out.extend(f"* {float(q['time']) * 1000:.1f} ms `{q['sql']}`" for q in writes)
+    print(f"{label:>22} | reprioritise (select all, {len(writes)} UPDATE)          {took * 1000:7.1f} ms")
+    out.extend(details)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--refill", action="store_true", help="refill the table even if it has --rows rows")
+    args = parser.parse_args()
+    if connection.vendor != "mysql":
+        raise SystemExit("this benchmark fills the table with MariaDB's sequence engine: use a mysql:// URL")
+    ensure_database(args.rows, args.refill)
+    User.objects.filter(username="admin_bench").delete()
+    User.objects.create_superuser("admin_bench", "bench@example.com", "bench")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT VERSION()")
+        version = cursor.fetchone()[0]
+    out = [
+        "# Admin changelist at 1,000,000 rows",
+        f"\nMariaDB {version}; {args.rows:,} rows; Django test client, {args.repeat} timed runs after a "
+        "warm-up; list_per_page 100.",
+    ]
+    drop_extra_indexes()
+    run(args.repeat, "QueueMixin's index only", out)
+    add_extra_indexes()
+    run(args.repeat, "+ customer, (state, finished_at)", out)
+    target = ROOT / "bench" / "out"
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "admin_changelist.md").write_text("\n".join(out) + "\n")
+    print(f"report: {target / 'admin_changelist.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""A real browser (headless Chromium) moderates the queue through the admin.
+
+Screenshots go to ``$DBQUEUE_SCREENSHOTS`` (default: pytest's tmp dir) as
+``admin-filtered.png``, ``admin-reprioritise.png`` and ``admin-done.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from django_dbqueue.states import QueueState
+from tests.testapp.models import Ticket
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+        reason="needs Debian's chromium and chromium-driver (scripts/system-deps.sh)",
+    ),
+]
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="dbqueue-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1500,1100",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(5)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    target = Path(os.environ.get("DBQUEUE_SCREENSHOTS") or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def test_operator_filters_by_customer_and_date_and_reprioritises(
+    live_server: Any, browser: Any, shots: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    def wait(condition: Any) -> Any:  # a click starts a navigation; it does not wait for it
+        return WebDriverWait(browser, 15).until(condition)
+
+    User.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
+    now = timezone.now()
+    expected, others = [], []
+    for i in range(12):
+        customer = 3345 if i % 2 == 0 else 7
+        ticket = Ticket.objects.create(subject=f"Order {i} stuck in checkout", customer=customer)
+        enqueued = now - timedelta(days=1 if i < 8 else 10)
+        state = QueueState.FAILED if i % 3 == 0 else QueueState.READY
+        error = (
+            "Traceback (most recent call last):\nTimeoutError: payment gateway" if state == "failed" else ""
+        )
+        Ticket.objects.filter(pk=ticket.pk).update(
+            queue_enqueued_at=enqueued,
+            queue_state=state,
+            queue_last_error=error,
+            queue_attempts=3 if error else 0,
+        )
+        (expected if customer == 3345 and i < 8 else others).append(ticket.pk)
+    running = Ticket.objects.create(subject="Order being processed", customer=3345)
+    Ticket.objects.filter(pk=running.pk).update(
+        queue_state=QueueState.RUNNING, queue_token=99, queue_locked_by="web-1:4242", queue_enqueued_at=now
+    )
+
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/testapp/ticket/")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait(ec.title_contains("Select ticket to change"))
+
+    # a domain field: the search box searches "=customer"
+    search = browser.find_element(By.ID, "searchbar")
+    search.send_keys("3345")
+    search.submit()
+    wait(ec.url_contains("q=3345"))
+
+    # a date range on enqueued-at: the last three days
+    since = now - timedelta(days=3)
+    browser.find_element(By.NAME, "queue_enqueued_at__range__gte_0").send_keys(since.strftime("%Y-%m-%d"))
+    browser.find_element(By.NAME, "queue_enqueued_at__range__gte_1").send_keys(since.strftime("%H:%M:%S"))
+    form = browser.find_element(By.NAME, "queue_enqueued_at__range__gte_0").find_element(
+        By.XPATH, "ancestor::div[contains(@class, 'admindatefilter')]"
+    )
+    form.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait(ec.url_contains("queue_enqueued_at__range__gte_0"))
+    # the customer's tickets of the last three days, and the running one
+    wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")) == len(expected) + 1)
+    wait(lambda d: d.execute_script("return document.readyState") == "complete")
+    browser.save_screenshot(str(shots / "admin-filtered.png"))
+
+    browser.find_element(By.ID, "action-toggle").click()  # select every row of the page
+    Select(browser.find_element(By.NAME, "action")).select_by_value("dbqueue_reprioritize")
+    browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+    priority = browser.find_element(By.NAME, "priority")
+    priority.send_keys("42")
+    browser.save_screenshot(str(shots / "admin-reprioritise.png"))
+    browser.find_element(By.NAME, "dbqueue_submit").click()
+
+    message = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "ul.messagelist li"))).text
+    assert f"{len(expected)} of {len(expected) + 1} selected tickets" in message
+    assert "1 running row was left to its worker" in message
+    browser.save_screenshot(str(shots / "admin-done.png"))
+
+    assert set(Ticket.objects.filter(queue_priority=42).values_list("pk", flat=True)) == set(expected)
+    assert not Ticket.objects.filter(pk__in=others, queue_priority=42).exists()
+    assert Ticket.objects.get(pk=running.pk).queue_priority == 0
+    assert (shots / "admin-done.png").stat().st_size > 10_000
