@@ -66,6 +66,22 @@ test-django52: venv services
 chaos: venv
 	$(PY) -m tests.chaos --long --json tests/chaos/last-long-run.json
 
+# -- benchmarks -----------------------------------------------------------------------------
+# The peers get their own virtualenv (they are not dependencies of django_dbqueue).
+
+BENCH_VENV ?= bench/.venv-peers
+
+$(BENCH_VENV)/.installed: bench/requirements.txt
+	@bash scripts/make-venv.sh $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q -r bench/requirements.txt
+	@touch $@
+
+bench: venv services $(BENCH_VENV)/.installed
+	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py
+
+bench-quick: venv services $(BENCH_VENV)/.installed
+	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --quick
+
 # -- example --------------------------------------------------------------------------------
 
 example: venv

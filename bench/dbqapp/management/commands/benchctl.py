@@ -1,0 +1,183 @@
+"""Enqueue into, reset and inspect django_dbqueue's benchmark models (driven by bench/run.py).
+
+Prints one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from typing import Any
+
+from django.apps import apps
+from django.core.management.base import BaseCommand
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from bench.dbqapp.models import WideJob
+from django_dbqueue.states import QueueState
+
+HANDLER_READS = (
+    "Handler_read_first",
+    "Handler_read_key",
+    "Handler_read_last",
+    "Handler_read_next",
+    "Handler_read_prev",
+    "Handler_read_rnd",
+    "Handler_read_rnd_next",
+)
+
+
+def handler_reads(cursor: Any) -> int:
+    cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+    return sum(int(value) for name, value in cursor.fetchall() if name in HANDLER_READS)
+
+
+def fill_finished(cursor: Any, count: int) -> None:
+    """Add ``count`` finished (SUCCEEDED) wide rows in one INSERT … SELECT from a sequence."""
+    table = WideJob._meta.db_table
+    done = 0
+    while done < count:
+        step = min(200_000, count - done)
+        cursor.execute(
+            f"INSERT INTO {table} (queue_state, queue_priority, queue_run_at, queue_attempts, "
+            "queue_last_error, queue_last_attempt_at, queue_locked_by, queue_locked_until, queue_token, "
+            "queue_enqueued_at, queue_finished_at, customer_id, email, status, total, currency, "
+            "shipping_address, notes, created_at, updated_at) "
+            "SELECT 'succeeded', seq % 3, UTC_TIMESTAMP(6) - INTERVAL seq SECOND, 1, '', "
+            "UTC_TIMESTAMP(6) - INTERVAL seq SECOND, 'fill', NULL, -seq, "
+            "UTC_TIMESTAMP(6) - INTERVAL seq SECOND, UTC_TIMESTAMP(6) - INTERVAL seq SECOND, "
+            "seq % 50000, CONCAT('customer', seq % 50000, '@example.com'), 'shipped', seq % 997, 'EUR', "
+            "CONCAT('Street ', seq, ', 12345 Town, Country'), REPEAT('n', 120), "
+            "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) "
+            f"FROM seq_1_to_{step}"
+        )
+        done += step
+
+
+def claim_cost(levels: list[int], claims: int) -> dict[str, Any]:
+    table = WideJob._meta.db_table
+    out: dict[str, Any] = {"levels": []}
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE TABLE {table}")
+        finished = 0
+        for level in levels:
+            fill_finished(cursor, level - finished)
+            finished = level
+            WideJob.objects.exclude(queue_state=QueueState.SUCCEEDED).delete()
+            with transaction.atomic():
+                WideJob.objects.bulk_create([WideJob() for _ in range(2 * claims * 100)], batch_size=1000)
+            cursor.execute(f"ANALYZE TABLE {table}")
+            cursor.fetchall()
+            overhead = -handler_reads(cursor) + handler_reads(cursor)
+            ours, ours_reads = [], []
+            for i in range(claims):
+                before = handler_reads(cursor)
+                start = time.perf_counter()
+                if i == 0:
+                    with CaptureQueriesContext(connection) as captured:
+                        rows = WideJob.objects.claim(100, "bench-claim")
+                    select_sql = next(
+                        q["sql"] for q in captured.captured_queries if "SKIP LOCKED" in q["sql"]
+                    )
+                else:
+                    rows = WideJob.objects.claim(100, "bench-claim")
+                ours.append((time.perf_counter() - start) * 1000)
+                ours_reads.append(handler_reads(cursor) - before - overhead)
+                assert len(rows) == 100, len(rows)
+            raw, raw_reads = [], []
+            for i in range(claims):
+                before = handler_reads(cursor)
+                start = time.perf_counter()
+                raw_claim(cursor, table, i)
+                raw.append((time.perf_counter() - start) * 1000)
+                raw_reads.append(handler_reads(cursor) - before - overhead)
+            cursor.execute("EXPLAIN " + select_sql.replace("FOR UPDATE SKIP LOCKED", ""))
+            columns = [c[0] for c in cursor.description]
+            plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+            cursor.execute(f"SELECT COUNT(*) FROM {table}")
+            total = cursor.fetchone()[0]
+            out["levels"].append(
+                {
+                    "finished": level,
+                    "rows": total,
+                    "ms_per_claim": statistics.median(ours),
+                    "reads_per_claim": statistics.median(ours_reads),
+                    "raw_ms_per_claim": statistics.median(raw),
+                    "raw_reads_per_claim": statistics.median(raw_reads),
+                    "plan": [{k: p.get(k) for k in ("type", "key", "rows", "Extra")} for p in plan],
+                    "sql": select_sql,
+                }
+            )
+        cursor.execute(f"TRUNCATE TABLE {table}")
+    return out
+
+
+def raw_claim(cursor: Any, table: str, i: int) -> None:
+    """The same claim in hand-written SQL: SELECT … SKIP LOCKED, UPDATE by id, commit."""
+    with transaction.atomic():
+        cursor.execute(
+            f"SELECT id FROM {table} WHERE queue_state = 'ready' AND queue_run_at <= UTC_TIMESTAMP(6) "
+            "ORDER BY queue_priority DESC, queue_run_at, id LIMIT 100 FOR UPDATE SKIP LOCKED"
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        marks = ",".join(["%s"] * len(ids))
+        cursor.execute(
+            f"UPDATE {table} SET queue_state = 'running', queue_token = %s, queue_locked_by = 'raw', "
+            "queue_locked_until = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, "
+            f"queue_attempts = queue_attempts + 1 WHERE id IN ({marks})",
+            [10**9 + i, *ids],
+        )
+    assert len(ids) == 100, len(ids)
+
+
+class Command(BaseCommand):
+    help = "Benchmark control of django_dbqueue (reset, enqueue, trickle, remaining, claim-cost)."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "action", choices=["reset", "enqueue-one", "enqueue-bulk", "trickle", "remaining", "claim-cost"]
+        )
+        parser.add_argument("--model", default="dbqapp.NoopJob")
+        parser.add_argument("--n", type=int, default=0)
+        parser.add_argument("--gap", type=float, default=0.15, help="mean gap of the trickle (s)")
+        parser.add_argument("--levels", default="0,100000,1000000")
+        parser.add_argument("--claims", type=int, default=20)
+        parser.add_argument("--reset", action="store_true", help="empty the tables first")
+
+    def handle(self, *args, **options):
+        model = apps.get_model(options["model"])
+        action, n = options["action"], options["n"]
+        out: dict[str, Any] = {"system": "dbqueue", "action": action, "model": model._meta.label}
+        if action == "reset" or options["reset"]:
+            with connection.cursor() as cursor:
+                for m in apps.get_app_config("dbqapp").get_models():
+                    cursor.execute(f"TRUNCATE TABLE {m._meta.db_table}")
+        if action == "reset":
+            pass
+        elif action == "enqueue-one":
+            start = time.perf_counter()
+            for _ in range(n):
+                model().save()
+            out.update(n=n, seconds=time.perf_counter() - start)
+        elif action == "enqueue-bulk":
+            start = time.perf_counter()
+            model.objects.bulk_enqueue([model() for _ in range(n)], batch_size=1000)  # one transaction
+            out.update(n=n, seconds=time.perf_counter() - start, api="bulk_enqueue(), 1,000 rows per INSERT")
+        elif action == "trickle":
+            sent = {}
+            rng = random.Random(n)
+            for _ in range(n):
+                time.sleep(rng.uniform(0.5, 1.5) * options["gap"])
+                row = model()
+                row.save()
+                sent[row.pk] = time.time()
+            out["sent"] = sent
+        elif action == "remaining":
+            out["remaining"] = model.objects.exclude(queue_state=QueueState.SUCCEEDED).count()
+        elif action == "claim-cost":
+            levels = [int(x) for x in options["levels"].split(",")]
+            out.update(claim_cost(levels, options["claims"]))
+        self.stdout.write(json.dumps(out, default=str))

@@ -1,0 +1,54 @@
+"""The queue models of the benchmark: no-op handlers that only write the ledger."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from bench import ledger
+from django_dbqueue.models import QueueMixin
+
+
+class NoopJob(QueueMixin):
+    """Lease mode (at-least-once): successes are recorded in one UPDATE per flush."""
+
+    def process(self) -> None:
+        ledger.record(self.pk)
+
+
+class AtomicJob(QueueMixin):
+    """Atomic mode: each handler runs in the transaction that records its outcome."""
+
+    queue_atomic = True
+
+    def process(self) -> None:
+        ledger.record(self.pk)
+
+
+class GroupedJob(QueueMixin):
+    """Atomic mode, 100 handlers per transaction (a savepoint each)."""
+
+    queue_atomic = True
+    queue_atomic_group = 100
+
+    def process(self) -> None:
+        ledger.record(self.pk)
+
+
+class WideJob(QueueMixin):
+    """A wide domain table (an order) that is also a queue: for the claim-cost scenario."""
+
+    customer_id = models.BigIntegerField(default=0, db_index=True)
+    email = models.CharField(max_length=254, default="")
+    status = models.CharField(max_length=20, default="new")
+    total = models.DecimalField(max_digits=12, decimal_places=2, default=0)
+    currency = models.CharField(max_length=3, default="EUR")
+    shipping_address = models.TextField(default="")
+    notes = models.TextField(default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta(QueueMixin.Meta):
+        pass
+
+    def process(self) -> None:
+        ledger.record(self.pk)

@@ -1,0 +1,101 @@
+"""Profile one django_dbqueue worker draining no-op jobs in-process (pyinstrument).
+
+    .venv/bin/python bench/profile_worker.py --model dbqapp.NoopJob --n 20000
+
+Uses its own databases (bench_profile, bench_profile_ledger). Prints jobs/s without and with
+the profiler, SQL statements per job (by kind), and the
+pyinstrument call tree. Needs ``pip install pyinstrument`` in the project's .venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("BENCH_SYSTEM", "dbqueue")
+# Its own databases: never the tables or the ledger of a benchmark that may be running.
+os.environ.setdefault("BENCH_DB_NAME", "bench_profile")
+os.environ.setdefault("BENCH_LEDGER_DB", "bench_profile_ledger")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+
+import django
+
+django.setup()
+
+from django.apps import apps  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+
+from django_dbqueue.worker import Worker  # noqa: E402
+
+
+def fill(model, n: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE TABLE {model._meta.db_table}")
+    with transaction.atomic():
+        model.objects.bulk_create([model() for _ in range(n)], batch_size=1000)
+
+
+def drain(model, batch: int) -> float:
+    start = time.perf_counter()
+    stats = Worker(models=[model], batch_size=batch, burst=True, handle_signals=False).run()
+    assert stats.succeeded > 0, stats
+    return stats.succeeded / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="dbqapp.NoopJob")
+    parser.add_argument("--n", type=int, default=20000)
+    parser.add_argument("--batch", type=int, default=100)
+    args = parser.parse_args()
+    model = apps.get_model(args.model)
+    from django.core.management import call_command
+
+    from bench import ledger
+
+    ledger.reset()
+    call_command("migrate", verbosity=0)
+
+    fill(model, args.n)
+    print(f"{args.model}: {drain(model, args.batch):,.0f} jobs/s without profiler")
+
+    fill(model, args.n)
+    kinds: collections.Counter[str] = collections.Counter()
+
+    def count(execute, sql, params, many, context):
+        kinds[" ".join(sql.split()[:1]).upper() + (" FOR UPDATE" if "FOR UPDATE" in sql else "")] += 1
+        return execute(sql, params, many, context)
+
+    from django.db.backends.signals import connection_created
+
+    def wrap(sender, connection, **kwargs):
+        if count not in connection.execute_wrappers:
+            connection.execute_wrappers.append(count)
+
+    connection_created.connect(wrap)
+    connection.close()
+    rate = drain(model, args.batch)
+    connection_created.disconnect(wrap)
+    total = sum(kinds.values())
+    by_kind = ", ".join(f"{k}: {v}" for k, v in kinds.most_common())
+    print(f"statements per job: {total / args.n:.3f}  ({by_kind})")
+    print(f"(with statement counting: {rate:,.0f} jobs/s)")
+
+    from pyinstrument import Profiler
+
+    fill(model, args.n)
+    profiler = Profiler(interval=0.0005)
+    profiler.start()
+    rate = drain(model, args.batch)
+    profiler.stop()
+    print(f"with pyinstrument: {rate:,.0f} jobs/s")
+    print(profiler.output_text(unicode=False, color=False, show_all=False))
+
+
+if __name__ == "__main__":
+    main()

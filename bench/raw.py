@@ -1,0 +1,191 @@
+"""The limit: a hand-written SKIP LOCKED queue loop over mysqlclient, no ORM, no framework.
+
+    python bench/raw.py setup|reset
+    python bench/raw.py enqueue-one --n N        # INSERT + commit per job
+    python bench/raw.py enqueue-bulk --n N       # executemany, 1,000 rows per statement, one commit
+    python bench/raw.py work --mode MODE --procs P
+
+Modes: ``claim1`` (claim 1 row, ack it), ``claim100`` (claim 100, ack each with its own
+UPDATE + commit), ``batch`` (claim 100, one ack UPDATE for the whole batch). A claim is
+one transaction (``SELECT id … ORDER BY priority DESC, run_at, id LIMIT n FOR UPDATE SKIP
+LOCKED``, ``UPDATE … WHERE id IN (…)``, commit), like django_dbqueue's; acks are fenced by
+the claim's token. Workers poll every 50 ms when idle and stop on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import ledger
+
+DB = "bench_raw"
+DDL = """CREATE TABLE IF NOT EXISTS job (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    state VARCHAR(16) NOT NULL DEFAULT 'ready',
+    priority INT NOT NULL DEFAULT 0,
+    run_at DATETIME(6) NOT NULL,
+    attempts INT NOT NULL DEFAULT 0,
+    token BIGINT NULL,
+    locked_by VARCHAR(255) NULL,
+    locked_until DATETIME(6) NULL,
+    finished_at DATETIME(6) NULL,
+    KEY job_claim (state, priority DESC, run_at)
+) ENGINE=InnoDB"""
+
+CLAIM = (
+    "SELECT id FROM job WHERE state = 'ready' AND run_at <= UTC_TIMESTAMP(6) "
+    "ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
+)
+
+
+def connect():
+    conn = ledger.connect(DB)
+    conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    return conn
+
+
+def setup() -> None:
+    conn = ledger.connect(None)
+    cur = conn.cursor()
+    cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
+    cur.execute(f"USE {DB}")
+    cur.execute(DDL)
+    conn.close()
+
+
+def reset() -> None:
+    setup()
+    conn = connect()
+    conn.cursor().execute("TRUNCATE TABLE job")
+    conn.close()
+
+
+def enqueue_one(n: int) -> float:
+    conn = connect()
+    cur = conn.cursor()
+    start = time.perf_counter()
+    for _ in range(n):
+        cur.execute("INSERT INTO job (run_at) VALUES (UTC_TIMESTAMP(6))")  # autocommit
+    return time.perf_counter() - start
+
+
+def enqueue_bulk(n: int) -> float:
+    conn = connect()
+    cur = conn.cursor()
+    start = time.perf_counter()
+    cur.execute("START TRANSACTION")
+    now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 1))
+    for first in range(0, n, 1000):
+        cur.executemany("INSERT INTO job (run_at) VALUES (%s)", [(now,)] * min(1000, n - first))
+    cur.execute("COMMIT")
+    return time.perf_counter() - start
+
+
+def work(mode: str, worker_id: str) -> int:
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *a: stopping.append(1))
+    conn = connect()
+    cur = conn.cursor()
+    size = 1 if mode == "claim1" else 100
+    done = 0
+    while not stopping:
+        token = random.getrandbits(62) + 1
+        cur.execute("START TRANSACTION")
+        cur.execute(CLAIM, (size,))
+        ids = [row[0] for row in cur.fetchall()]
+        if ids:
+            marks = ",".join(["%s"] * len(ids))
+            cur.execute(
+                "UPDATE job SET state = 'running', token = %s, locked_by = %s, "
+                "locked_until = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, attempts = attempts + 1 "
+                f"WHERE id IN ({marks})",
+                (token, worker_id, *ids),
+            )
+        cur.execute("COMMIT")
+        if not ids:
+            time.sleep(0.05)
+            continue
+        for job_id in ids:
+            ledger.record(job_id)  # the no-op handler
+            if mode != "batch":
+                cur.execute(
+                    "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), "
+                    "locked_until = NULL, token = -token WHERE id = %s AND token = %s",
+                    (job_id, token),
+                )  # autocommit: one commit per job
+        if mode == "batch":
+            marks = ",".join(["%s"] * len(ids))
+            cur.execute(
+                "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), "
+                f"locked_until = NULL, token = -token WHERE id IN ({marks}) AND token = %s",
+                (*ids, token),
+            )
+        done += len(ids)
+    ledger.flush()
+    return done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "action", choices=["setup", "reset", "enqueue-one", "enqueue-bulk", "work", "remaining"]
+    )
+    parser.add_argument("--n", type=int, default=0)
+    parser.add_argument("--mode", choices=["claim1", "claim100", "batch"], default="batch")
+    parser.add_argument("--procs", type=int, default=1)
+    parser.add_argument("--reset", action="store_true", help="empty the table first")
+    args = parser.parse_args()
+    out: dict = {"system": "raw", "action": args.action}
+    if args.reset:
+        reset()
+    if args.action == "setup":
+        setup()
+    elif args.action == "reset":
+        reset()
+    elif args.action == "enqueue-one":
+        out.update(n=args.n, seconds=enqueue_one(args.n))
+    elif args.action == "enqueue-bulk":
+        out.update(n=args.n, seconds=enqueue_bulk(args.n), api="executemany, 1,000 rows per INSERT")
+    elif args.action == "remaining":
+        cur = connect().cursor()
+        cur.execute("SELECT COUNT(*) FROM job WHERE state <> 'succeeded'")
+        out["remaining"] = int(cur.fetchone()[0])
+    elif args.action == "work":
+        children = []
+        for index in range(args.procs):
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    work(args.mode, f"raw-{os.getpid()}-{index}")
+                except BaseException:  # noqa: BLE001 - report, then exit non-zero
+                    import traceback
+
+                    traceback.print_exc()
+                    code = 1
+                os._exit(code)
+            children.append(pid)
+
+        def forward(signum, frame):
+            for pid in children:
+                os.kill(pid, signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, forward)
+        for pid in children:
+            os.waitpid(pid, 0)
+        return
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
