@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import connections, models
 
 from .conf import settings
 
@@ -57,33 +57,64 @@ def history_enabled(model: type[QueueMixin]) -> bool:
     return settings.HISTORY if own is None else bool(own)
 
 
+#: The columns an attempt row is written with, in the order of ``attempt_for``'s tuple.
+ATTEMPT_COLUMNS = (
+    "model",
+    "object_id",
+    "attempt",
+    "worker_id",
+    "enqueued_at",
+    "due_at",
+    "claimed_at",
+    "finished_at",
+    "outcome",
+    "error",
+)
+_DATETIMES = (4, 5, 6, 7)
+
+AttemptRow = tuple[Any, ...]
+
+
 def attempt_for(
     row: QueueMixin, outcome: str, finished_at: datetime, error: str = "", worker_id: str = ""
-) -> QueueAttempt:
+) -> AttemptRow:
+    """The values of one QueueAttempt row (a plain tuple: a batch of them is written with one
+    executemany, without building a model instance per attempt)."""
     claim = getattr(row, "_queue_claim", None)
-    return QueueAttempt(
-        model=row._meta.label,
-        object_id=str(row.pk),
-        attempt=row.queue_attempts,
-        worker_id=worker_id or (claim.worker_id if claim else "") or "",
-        enqueued_at=row.queue_enqueued_at,
-        due_at=row.queue_run_at,
-        claimed_at=row.queue_last_attempt_at,
-        finished_at=finished_at,
-        outcome=outcome,
-        error=error[-HISTORY_ERROR_LENGTH:],
+    return (
+        row._meta.label,
+        str(row.pk),
+        row.queue_attempts,
+        worker_id or (claim.worker_id if claim else "") or "",
+        row.queue_enqueued_at,
+        row.queue_run_at,
+        row.queue_last_attempt_at,
+        finished_at,
+        outcome,
+        error[-HISTORY_ERROR_LENGTH:],
     )
 
 
-def write_attempts(model: type[QueueMixin], using: str, attempts: Iterable[QueueAttempt]) -> None:
+def write_attempts(model: type[QueueMixin], using: str, attempts: Iterable[AttemptRow]) -> None:
+    """Append attempt rows in the current transaction: one multi-row INSERT, no ids asked back.
+
+    Parameters only, through the backend's own datetime adaptation; this path is the hot one
+    of every batch outcome, so it skips the ORM's per-field machinery."""
     if not history_enabled(model):
         return
-    items: list[Any] = list(attempts)
-    if items:
-        # One multi-row INSERT without RETURNING: nobody needs the new ids, and bulk_create
-        # would ask MariaDB/PostgreSQL to send them all back (it doubled the cost here).
-        QueueAttempt.objects.using(using)._insert(items, fields=_insert_fields(), using=using)
-
-
-def _insert_fields() -> list[models.Field]:
-    return [f for f in QueueAttempt._meta.concrete_fields if not f.primary_key]
+    connection = connections[using]
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = []
+    for values in attempts:
+        row = list(values)
+        for index in _DATETIMES:
+            row[index] = adapt(row[index])
+        rows.append(row)
+    if not rows:
+        return
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(ATTEMPT_COLUMNS))
+    sql = f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) VALUES ({placeholders})"
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)

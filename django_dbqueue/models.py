@@ -239,7 +239,10 @@ def record_successes(model: type[QueueMixin], rows: Sequence[QueueMixin], claim:
         row.queue_locked_until = None
         row.queue_last_error = ""
         won.append(row)
-    if won and signals.job_succeeded.receivers:
+    if won and logger.isEnabledFor(logging.DEBUG):
+        for row in won:
+            logger.debug("%s pk=%s succeeded (attempt %s)", model._meta.label, row.pk, row.queue_attempts)
+    if won and signals.job_succeeded.has_listeners(model):
         transaction.on_commit(
             lambda: [signals.job_succeeded.send(model, row=row) for row in won], using=claim.using
         )

@@ -191,9 +191,17 @@ class QueueQuerySetMixin:
             self.ready()
             .annotate(_dbq_now=DbNow())
             .order_by(*order)
-            # The traceback of an earlier attempt is rarely read by a handler; a TEXT column
-            # is the costliest to fetch for a whole batch (loaded on access if needed).
-            .defer("queue_last_error")
+            # Columns the claim overwrites right after are not fetched (nor parsed, for 100
+            # rows while their locks are held); the traceback of an earlier attempt, a TEXT
+            # column, is loaded only if a handler reads it.
+            .defer(
+                "queue_last_error",
+                "queue_locked_by",
+                "queue_locked_until",
+                "queue_token",
+                "queue_finished_at",
+                "queue_last_attempt_at",
+            )
             .select_for_update(skip_locked=True)[:limit]
         )
 

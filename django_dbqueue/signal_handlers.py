@@ -1,4 +1,7 @@
-"""Default receivers: log what the queue does, lazily formatted."""
+"""Default receivers: log what the queue does, lazily formatted.
+
+Successes are logged (at DEBUG) by ``models.record_successes`` itself rather than by a
+receiver: a receiver would make every success of every batch dispatch a signal."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from .signals import job_claimed, job_failed, job_succeeded
+from .signals import job_claimed, job_failed
 
 logger = logging.getLogger("django_dbqueue")
 
@@ -15,11 +18,6 @@ logger = logging.getLogger("django_dbqueue")
 @receiver(job_claimed, dispatch_uid="django_dbqueue.log_claimed")
 def log_claimed(sender: Any, rows: list[Any], worker_id: str, **kwargs: Any) -> None:
     logger.debug("%s claimed %d %s row(s)", worker_id, len(rows), sender._meta.label)
-
-
-@receiver(job_succeeded, dispatch_uid="django_dbqueue.log_succeeded")
-def log_succeeded(sender: Any, row: Any, **kwargs: Any) -> None:
-    logger.debug("%s pk=%s succeeded (attempt %s)", sender._meta.label, row.pk, row.queue_attempts)
 
 
 @receiver(job_failed, dispatch_uid="django_dbqueue.log_failed")

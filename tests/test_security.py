@@ -34,6 +34,10 @@ REVIEWED = {
         "DDL/DML on a staging table: identifiers through qn() (quote_name), values by parameters"
     ),
     ("django_dbqueue/spark.py", "_insert_chunk"): "runs enqueue_dataframe's INSERT … SELECT with its params",
+    ("django_dbqueue/history.py", "write_attempts"): (
+        "INSERT of attempt rows: table and column names are module constants through quote_name, "
+        "every value a parameter"
+    ),
 }
 
 
