@@ -39,7 +39,7 @@ from django.db import connections, router
 from django.db import models as db_models
 
 from .conf import settings
-from .models import QueueMixin
+from .models import QUEUE_FIELDS, QueueMixin
 from .query import _check_priority, retry_on_lock_errors
 from .states import QueueState
 
@@ -68,17 +68,7 @@ HISTORY_COLUMNS = (
 OUTCOMES = ("succeeded", "failed", "retried", "lost", "released")
 #: Queue bookkeeping the enqueue sets itself; a DataFrame may carry any other column
 #: (``queue_priority`` and ``queue_run_at`` per row, for instance).
-QUEUE_BOOKKEEPING = (
-    "queue_state",
-    "queue_attempts",
-    "queue_last_error",
-    "queue_last_attempt_at",
-    "queue_locked_by",
-    "queue_locked_until",
-    "queue_token",
-    "queue_enqueued_at",
-    "queue_finished_at",
-)
+QUEUE_BOOKKEEPING = frozenset(QUEUE_FIELDS) - {"queue_priority", "queue_run_at"}
 #: Rows per INSERT … SELECT chunk (and per JDBC batch): each chunk is its own short transaction.
 DEFAULT_BATCH_SIZE = 10_000
 FETCH_SIZE = 10_000
