@@ -16,6 +16,7 @@ a claimed row carries the database time of its claim plus a monotonic offset
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -33,7 +34,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from .conf import settings
-from .history import AttemptOutcome, attempt_for, write_attempts
+from .history import AttemptOutcome, attempt_for, can_copy_attempts, copy_attempts, write_attempts
 from .states import QueueState
 from .wakeup import notify
 
@@ -450,16 +451,44 @@ class QueueQuerySetMixin:
             return set()
         return retry_on_lock_errors(self.db, lambda: self._record_successes_once(rows, claim), "outcome")
 
+    def _update_fenced(self, ids: Sequence[Any], token: int, values: dict[str, Any]) -> int:
+        """``UPDATE … SET values WHERE pk IN ids AND queue_token = token``; return the rows
+        matched.
+
+        The statement of every outcome, so it is built by hand (quoted names, the fields' own
+        value preparation) rather than compiled by the ORM, which costs more than the
+        statement's round trip. Values that are expressions take the ORM's path."""
+        if any(hasattr(value, "resolve_expression") for value in values.values()):
+            return self._fenced(ids, token).update(**values)
+        connection = connections[self.db]
+        meta = self.model._meta
+        fields = [meta.get_field(name) for name in values]
+        prepare_pk = meta.pk.get_db_prep_value
+        params = [
+            field.get_db_prep_save(value, connection)
+            for field, value in zip(fields, values.values(), strict=True)
+        ]
+        params.extend(prepare_pk(pk, connection) for pk in ids)
+        params.append(token)
+        sql = _fenced_sql("UPDATE", self.db, self.model, tuple(f.column for f in fields), len(ids))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+
     def _record_successes_once(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
         ids = [row.pk for row in rows]
         finished_at = claim.now()
         with transaction.atomic(using=self.db, savepoint=False):
-            updated = self._fenced(ids, claim.token).update(
-                queue_state=QueueState.SUCCEEDED,
-                queue_finished_at=finished_at,
-                queue_locked_until=None,
-                queue_last_error="",
-                queue_token=-claim.token,
+            updated = self._update_fenced(
+                ids,
+                claim.token,
+                {
+                    "queue_state": QueueState.SUCCEEDED,
+                    "queue_finished_at": finished_at,
+                    "queue_locked_until": None,
+                    "queue_last_error": "",
+                    "queue_token": -claim.token,
+                },
             )
             if updated == len(ids):
                 written = set(ids)
@@ -471,15 +500,24 @@ class QueueQuerySetMixin:
                     .filter(pk__in=ids, queue_token=-claim.token, queue_finished_at=finished_at)
                     .values_list("pk", flat=True)
                 )
-            write_attempts(
-                self.model,
-                self.db,
-                (
-                    attempt_for(row, AttemptOutcome.SUCCEEDED, finished_at)
-                    for row in rows
-                    if row.pk in written
-                ),
-            )
+            if can_copy_attempts(self.model):
+                copy_attempts(
+                    self.model,
+                    self.db,
+                    ids if len(written) == len(ids) else [pk for pk in ids if pk in written],
+                    claim.worker_id,
+                    AttemptOutcome.SUCCEEDED,
+                )
+            else:
+                write_attempts(
+                    self.model,
+                    self.db,
+                    (
+                        attempt_for(row, AttemptOutcome.SUCCEEDED, finished_at)
+                        for row in rows
+                        if row.pk in written
+                    ),
+                )
         return written
 
     def _record_failure(
@@ -504,7 +542,7 @@ class QueueQuerySetMixin:
 
         def write() -> bool:
             with transaction.atomic(using=self.db, savepoint=False):
-                if self._fenced([row.pk], claim.token).update(**values) != 1:
+                if self._update_fenced([row.pk], claim.token, values) != 1:
                     return False
                 write_attempts(self.model, self.db, [attempt_for(row, outcome, finished_at, error)])
             return True
@@ -551,10 +589,21 @@ class QueueQuerySetMixin:
 
     def _lock_held(self, ids: Sequence[Any], claim: Claim) -> set[Any]:
         """Inside a transaction: lock the rows still ours (waits, never skips)."""
-        # Selecting the (unindexed) token keeps MySQL on the primary key: a covering scan of
-        # the state index would lock, and wait for, other workers' rows.
-        rows = self._fenced(ids, claim.token).order_by().select_for_update().values_list("pk", "queue_token")
-        return {pk for pk, _ in rows}
+        # By primary key, selecting only the (unindexed) token: a covering scan of the state
+        # index would lock, and wait for, other workers' rows. Hand-built like the outcome
+        # writes: in atomic mode this runs once per job.
+        connection = connections[self.db]
+        meta = self.model._meta
+        sql = _fenced_sql("SELECT", self.db, self.model, (), len(ids))
+        params = [meta.pk.get_db_prep_value(pk, connection) for pk in ids]
+        params.append(claim.token)
+        with connection.cursor() as cursor:
+            if connection.features.has_select_for_update:  # SQLite: its one writer locks all
+                sql = f"{sql} {connection.ops.for_update_sql()}"
+            cursor.execute(sql, params)
+            keys = [pk for (pk,) in cursor.fetchall()]
+        to_python = meta.pk.to_python
+        return {to_python(pk) for pk in keys}
 
 
 class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):
@@ -563,6 +612,25 @@ class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):
 
 class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore[misc]
     pass
+
+
+@functools.lru_cache(maxsize=512)
+def _fenced_sql(
+    verb: str, using: str, model: type[QueueMixin], columns: tuple[str, ...], id_count: int
+) -> str:
+    """``UPDATE t SET columns… WHERE <fence>`` or ``SELECT pk FROM t WHERE <fence>``, the fence
+    being ``pk IN (id_count placeholders) AND queue_token = %s``."""
+    quote = connections[using].ops.quote_name
+    meta = model._meta
+    pk = quote(meta.pk.column)
+    fence = (
+        f"WHERE {pk} IN ({', '.join(['%s'] * id_count)}) "
+        f"AND {quote(meta.get_field('queue_token').column)} = %s"
+    )
+    if verb == "SELECT":
+        return f"SELECT {pk} FROM {quote(meta.db_table)} {fence}"
+    assignments = ", ".join(f"{quote(column)} = %s" for column in columns)
+    return f"UPDATE {quote(meta.db_table)} SET {assignments} {fence}"
 
 
 def _check_priority(priority: int) -> int:

@@ -38,6 +38,16 @@ REVIEWED = {
         "INSERT of attempt rows: table and column names are module constants through quote_name, "
         "every value a parameter"
     ),
+    ("django_dbqueue/history.py", "copy_attempts"): (
+        "INSERT … SELECT from the queue table: identifiers through quote_name, the cast type from "
+        "connection.ops, placeholders counted from the ids; every value a parameter"
+    ),
+    ("django_dbqueue/query.py", "_update_fenced"): (
+        "runs _fenced_sql(): identifiers through quote_name, one %s per id and per column value"
+    ),
+    ("django_dbqueue/query.py", "_lock_held"): (
+        "runs _fenced_sql() plus connection.ops.for_update_sql(); the ids and token are parameters"
+    ),
 }
 
 
