@@ -8,7 +8,7 @@ outcomes), so history and queue state never disagree. Turn it off with
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -104,11 +104,18 @@ def write_attempts(model: type[QueueMixin], using: str, attempts: Iterable[Attem
         return
     connection = connections[using]
     adapt = connection.ops.adapt_datetimefield_value
+    # The rows of one batch share their claim and finishing times (and often the enqueue
+    # time): adapt each distinct datetime once.
+    adapted: dict[datetime | None, Any] = {}
     rows = []
     for values in attempts:
         row = list(values)
         for index in _DATETIMES:
-            row[index] = adapt(row[index])
+            value = row[index]
+            try:
+                row[index] = adapted[value]
+            except KeyError:
+                row[index] = adapted[value] = adapt(value)
         rows.append(row)
     if not rows:
         return
@@ -118,3 +125,59 @@ def write_attempts(model: type[QueueMixin], using: str, attempts: Iterable[Attem
     sql = f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) VALUES ({placeholders})"
     with connection.cursor() as cursor:
         cursor.executemany(sql, rows)
+
+
+_INTEGER_KEYS = (models.AutoField, models.BigAutoField, models.SmallAutoField, models.IntegerField)
+
+
+def can_copy_attempts(model: type[QueueMixin]) -> bool:
+    """Whether :func:`copy_attempts` can write this model's history: its key must read the
+    same as ``str(pk)`` once cast to text (a UUID stored as 32 hex digits on MySQL does not),
+    and its queue columns must live in its own table (not in a multi-table parent's)."""
+    return isinstance(model._meta.pk, _INTEGER_KEYS) and not model._meta.parents
+
+
+def copy_attempts(
+    model: type[QueueMixin], using: str, ids: Sequence[Any], worker_id: str, outcome: str
+) -> None:
+    """Append the attempt rows of queue rows just finished in the current transaction, copied
+    by the database from the rows themselves (one ``INSERT … SELECT`` by primary key).
+
+    The same values :func:`attempt_for` would send, without escaping ten parameters per row in
+    Python: the hot path of lease-mode batches. The caller holds the rows' locks (it has just
+    written them), so they read as written."""
+    if not ids or not history_enabled(model):
+        return
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    meta = model._meta
+
+    def column(name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    pk = quote(meta.pk.column)
+    text = connection.ops.cast_char_field_without_max_length
+    selected = ", ".join(
+        (
+            "%s",
+            f"CAST({pk} AS {text})",
+            column("queue_attempts"),
+            "%s",
+            column("queue_enqueued_at"),
+            column("queue_run_at"),
+            column("queue_last_attempt_at"),
+            column("queue_finished_at"),
+            "%s",
+            "%s",
+        )
+    )
+    columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) "
+        f"SELECT {selected} FROM {quote(meta.db_table)} WHERE {pk} IN ({placeholders})"
+    )
+    prepare_pk = meta.pk.get_db_prep_value
+    params = [meta.label, worker_id, outcome, "", *(prepare_pk(value, connection) for value in ids)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)

@@ -94,3 +94,22 @@ def test_history_matches_outcomes_after_a_four_worker_drain_with_kills(start_wor
         assert "lease expired on the last allowed attempt" in error
     assert QueueAttempt.objects.filter(outcome="lost").exists()  # the kills left lost attempts
     assert_history_matches(model)
+
+
+def test_success_attempts_copied_by_the_database_match_the_rows() -> None:
+    """Successes are recorded by one INSERT … SELECT from the rows just finished: the attempt
+    must carry exactly what the row says (and nothing for rows another batch finished)."""
+    Job.objects.bulk_create([Job(name=f"ok{i}") for i in range(7)])
+    worker = Worker(models=[Job], burst=True, handle_signals=False, batch_size=5)
+    assert worker.run().succeeded == 7
+    for row in Job.objects.all():
+        (attempt,) = QueueAttempt.objects.filter(model=Job._meta.label, object_id=str(row.pk))
+        assert attempt.outcome == "succeeded" and attempt.error == ""
+        assert attempt.attempt == row.queue_attempts == 1
+        assert attempt.worker_id == worker.worker_id
+        assert (attempt.enqueued_at, attempt.due_at, attempt.claimed_at, attempt.finished_at) == (
+            row.queue_enqueued_at,
+            row.queue_run_at,
+            row.queue_last_attempt_at,
+            row.queue_finished_at,
+        )
