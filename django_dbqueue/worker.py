@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from types import FrameType
@@ -35,6 +36,7 @@ from django.db import (
 )
 
 from . import registry, signals
+from .autocommit import deferred_autocommit
 from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes
@@ -134,11 +136,16 @@ class Worker:
     def run(self) -> WorkerStats:
         restore = self._install_signals()
         self._keeper.start()
+        stack = ExitStack()
         try:
             check_tables(self.models, self.database)
             self._registry_db = self.db_for(self.models[0])
             registry.register(self.worker_id, self.models, self._registry_db)
             self._start_listener()
+            # Claims, outcomes and atomic jobs are back-to-back transactions on this thread's
+            # connections: on MySQL, skip the SET autocommit round trips between them.
+            for using in sorted({self.db_for(model) for model in self.models}):
+                stack.enter_context(deferred_autocommit(using))
             logger.info(
                 "worker %s consuming %s%s",
                 self.worker_id,
@@ -149,6 +156,7 @@ class Worker:
             )
             self._loop()
         finally:
+            stack.close()
             self._keeper.stop()
             if self._listener is not None:
                 self._listener.stop()
@@ -307,62 +315,101 @@ class Worker:
         self._flush(model, done, claim)
 
     def _run_atomic(self, model: type[QueueMixin], rows: list[QueueMixin], claim: Claim) -> None:
-        """Exactly-once database effects: lock the own rows (fenced by token), run each handler
-        in a savepoint, record every outcome, commit once per group."""
-        using = claim.using
+        """Exactly-once database effects: each handler runs in the transaction that records
+        its outcome (fenced by the claim's token), one job or one group per commit."""
         group = max(int(getattr(model, "queue_atomic_group", 1) or 1), 1)
         for start in range(0, len(rows), group):
-            chunk = rows[start : start + group]
             if self.stopping or self._fatal is not None:
                 self._release(model, rows[start:], claim)
                 return
-            done: list[QueueMixin] = []
-            failed: list[tuple[QueueMixin, BaseException]] = []
-            # One job per transaction needs no savepoint: if it fails, the whole transaction
-            # rolls back and the failure is recorded right after (the row is still ours).
-            single = len(chunk) == 1
-            lost_ids: set[Any] = set()
-            try:
-                with transaction.atomic(using=using):
-                    held = model.queue_queryset(using)._lock_held([r.pk for r in chunk], claim)
-                    for row in chunk:
-                        if row.pk not in held:
-                            self._lost(row, claim)
-                            lost_ids.add(row.pk)
-                            continue
-                        savepoint = None if single else transaction.savepoint(using=using)
-                        error = self._call(row, claim)
-                        if error is None:
-                            if savepoint:
-                                transaction.savepoint_commit(savepoint, using=using)
-                            done.append(row)
-                        elif savepoint:
-                            transaction.savepoint_rollback(savepoint, using=using)
-                            self._fail(row, error, claim)
-                        else:
-                            transaction.set_rollback(True, using=using)
-                            failed.append((row, error))
-                    lost = record_successes(model, done, claim)
-            except OperationalError as exc:
-                if not is_transient_lock_error(exc, using):
-                    raise  # the database is gone: nothing committed, leases bring the rows back
-                # A deadlock or lock-wait timeout in a handler's writes: the group rolled back;
-                # a failed attempt each, retried by the policy.
-                logger.warning("worker %s: atomic group of %s hit %s", self.worker_id, model._meta.label, exc)
-                failed = [(row, exc) for row in chunk if row.pk not in lost_ids]
-            except InterfaceError:
-                raise
-            except DatabaseError as exc:
-                # e.g. a deferred constraint failing at commit: the whole group rolled back.
-                logger.warning(
-                    "worker %s: atomic group of %s rolled back: %s", self.worker_id, model._meta.label, exc
-                )
-                failed = [(row, exc) for row in chunk if row.pk not in lost_ids]
+            chunk = rows[start : start + group]
+            if len(chunk) == 1:
+                self._run_atomic_one(model, chunk[0], claim)
             else:
-                self.stats.succeeded += len(done) - len(lost)
-                self.stats.lost += len(lost)
-            for row, error in failed:
-                self._fail(row, error, claim)
+                self._run_atomic_group(model, chunk, claim)
+
+    def _run_atomic_one(self, model: type[QueueMixin], row: QueueMixin, claim: Claim) -> None:
+        """One job, one transaction: lock the row if still ours (fenced by its token, so a
+        rescuer's SKIP LOCKED passes it by even once the lease ran out), run the handler,
+        record the success. A failing handler rolls back alone and its failure is recorded
+        right after (the row is still ours)."""
+        using = claim.using
+        error: BaseException | None = None
+        lost: list[QueueMixin] = []
+        try:
+            with transaction.atomic(using=using):
+                if not model.queue_queryset(using)._lock_held([row.pk], claim):
+                    self._lost(row, claim)
+                    return
+                error = self._call(row, claim)
+                if error is not None:
+                    transaction.set_rollback(True, using=using)
+                else:
+                    # Lost only if the handler deleted its own row: what it did commits.
+                    lost = record_successes(model, [row], claim)
+        except DatabaseError as exc:
+            error = self._rolled_back(model, exc, using)
+        if error is not None:
+            self._fail(row, error, claim)
+        elif lost:
+            self.stats.lost += 1
+        else:
+            self.stats.succeeded += 1
+
+    def _run_atomic_group(self, model: type[QueueMixin], chunk: list[QueueMixin], claim: Claim) -> None:
+        """Several jobs, one transaction: lock the rows still ours first (their effects commit
+        together, so none may be lost half-way), then each handler in a savepoint, so a
+        failing one rolls back alone; its failure is written in the same transaction."""
+        using = claim.using
+        done: list[QueueMixin] = []
+        failed = lost_in_group = 0
+        lost_ids: set[Any] = set()
+        try:
+            with transaction.atomic(using=using):
+                held = model.queue_queryset(using)._lock_held([r.pk for r in chunk], claim)
+                for row in chunk:
+                    if row.pk not in held:
+                        self._lost(row, claim)
+                        lost_ids.add(row.pk)
+                        continue
+                    savepoint = transaction.savepoint(using=using)
+                    error = self._call(row, claim)
+                    if error is None:
+                        transaction.savepoint_commit(savepoint, using=using)
+                        done.append(row)
+                    else:
+                        transaction.savepoint_rollback(savepoint, using=using)
+                        try:
+                            row.mark_failed(error)
+                            failed += 1
+                        except LeaseLost:  # cannot happen while we hold its lock; counted if it does
+                            lost_in_group += 1
+                lost_in_group += len(record_successes(model, done, claim))
+        except DatabaseError as exc:
+            # Nothing of the group committed, the failures written inside it neither.
+            error = self._rolled_back(model, exc, using)
+            for row in chunk:
+                if row.pk not in lost_ids:
+                    self._fail(row, error, claim)
+        else:
+            self.stats.succeeded += len(done) - lost_in_group
+            self.stats.failed += failed
+            self.stats.lost += lost_in_group
+            self._keeper.forget(claim, [r.pk for r in chunk])
+
+    def _rolled_back(self, model: type[QueueMixin], exc: DatabaseError, using: str) -> DatabaseError:
+        """The transaction of an atomic job or group failed as a whole: a deadlock or lock-wait
+        timeout in a handler's writes, or e.g. a deferred constraint failing at commit. Each of
+        its jobs gets a failed attempt, retried by the policy. A lost connection is not a
+        handler's failure: it goes up (nothing committed; the leases bring the rows back)."""
+        if isinstance(exc, InterfaceError) or (
+            isinstance(exc, OperationalError) and not is_transient_lock_error(exc, using)
+        ):
+            raise exc
+        logger.warning(
+            "worker %s: atomic transaction of %s rolled back: %s", self.worker_id, model._meta.label, exc
+        )
+        return exc
 
     def _call(self, row: QueueMixin, claim: Claim) -> BaseException | None:
         """Run one handler; return what it raised (None on success)."""
