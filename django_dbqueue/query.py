@@ -33,6 +33,7 @@ from django.db.models import Case, F, Value, When
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from .bulk import insert_rows
 from .conf import settings
 from .history import AttemptOutcome, attempt_for, can_copy_attempts, copy_attempts, write_attempts
 from .states import QueueState
@@ -287,10 +288,7 @@ class QueueQuerySetMixin:
                 )
             row.queue_state = QueueState.READY
         with transaction.atomic(using=self.db, savepoint=False):
-            for start in range(0, len(rows), batch_size):
-                self.model._base_manager.using(self.db)._insert(
-                    rows[start : start + batch_size], fields=fields, using=self.db
-                )
+            insert_rows(self.model, self.db, rows, fields, batch_size)
         return self._notified(len(rows))
 
     # -- bulk operations (one UPDATE each) --------------------------------------------------

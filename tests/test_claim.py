@@ -275,6 +275,51 @@ def test_bulk_enqueue_inserts_ready_rows_without_asking_for_ids() -> None:
     assert sorted(int(n) for n in Job.objects.values_list("name", flat=True)) == list(range(2500))
 
 
+def test_bulk_enqueue_writes_what_bulk_create_writes() -> None:
+    """bulk_enqueue() prepares each distinct value once and writes the INSERT itself: the
+    rows must read back exactly as the ORM's bulk_create() writes them."""
+    due = timezone.now().replace(microsecond=123456) - timedelta(minutes=5)
+
+    def specs(tag: str) -> list[Ticket]:
+        return [
+            Ticket(
+                subject=f"{tag}-{i % 7}",
+                customer=i % 3,
+                handled=bool(i % 2),
+                queue_priority=i % 4 - 1,
+                queue_run_at=due + timedelta(seconds=i % 5),
+            )
+            for i in range(60)
+        ]
+
+    Ticket.objects.bulk_create(specs("orm"))
+    assert Ticket.objects.bulk_enqueue(specs("ours"), batch_size=25) == 60
+    fields = [
+        "subject",
+        "customer",
+        "handled",
+        "queue_priority",
+        "queue_run_at",
+        "queue_state",
+        "queue_attempts",
+        "queue_token",
+        "queue_locked_by",
+        "queue_last_error",
+    ]
+
+    def rows(tag: str) -> list[tuple]:
+        found = Ticket.objects.filter(subject__startswith=f"{tag}-").order_by("id").values_list(*fields)
+        return [(subject.split("-", 1)[1], *rest) for subject, *rest in found]
+
+    assert rows("ours") == rows("orm") and len(rows("orm")) == 60
+
+
+def test_bulk_enqueue_takes_expressions_through_the_orm() -> None:
+    rows = [Job(name=str(i), queue_run_at=DbNow()) for i in range(3)]
+    assert Job.objects.bulk_enqueue(rows) == 3
+    assert Job.objects.ready().count() == 3
+
+
 def test_bulk_enqueue_checks_its_input() -> None:
     with pytest.raises(TypeError):
         Job.objects.bulk_enqueue([Ticket(subject="x")])

@@ -42,6 +42,9 @@ REVIEWED = {
         "INSERT … SELECT from the queue table: identifiers through quote_name, the cast type from "
         "connection.ops, placeholders counted from the ids; every value a parameter"
     ),
+    ("django_dbqueue/bulk.py", "insert_rows"): (
+        "multi-row INSERT: identifiers through quote_name, one %s per value; values are parameters"
+    ),
     ("django_dbqueue/query.py", "_update_fenced"): (
         "runs _fenced_sql(): identifiers through quote_name, one %s per id and per column value"
     ),
