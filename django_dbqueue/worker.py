@@ -41,6 +41,7 @@ from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes
 from .query import Claim, as_timedelta, default_worker_id, is_transient_lock_error
+from .savepoint import LazySavepoint
 from .wakeup import Listener
 
 logger = logging.getLogger("django_dbqueue.worker")
@@ -358,8 +359,9 @@ class Worker:
 
     def _run_atomic_group(self, model: type[QueueMixin], chunk: list[QueueMixin], claim: Claim) -> None:
         """Several jobs, one transaction: lock the rows still ours first (their effects commit
-        together, so none may be lost half-way), then each handler in a savepoint, so a
-        failing one rolls back alone; its failure is written in the same transaction."""
+        together, so none may be lost half-way), then each handler behind a savepoint (sent
+        only if the handler touches the database), so a failing one rolls back alone, with
+        its on_commit() hooks; its failure is written in the same transaction."""
         using = claim.using
         done: list[QueueMixin] = []
         failed = lost_in_group = 0
@@ -372,13 +374,12 @@ class Worker:
                         self._lost(row, claim)
                         lost_ids.add(row.pk)
                         continue
-                    savepoint = transaction.savepoint(using=using)
-                    error = self._call(row, claim)
+                    with LazySavepoint(using) as savepoint:
+                        error = self._call(row, claim)
                     if error is None:
-                        transaction.savepoint_commit(savepoint, using=using)
                         done.append(row)
                     else:
-                        transaction.savepoint_rollback(savepoint, using=using)
+                        savepoint.rollback()
                         try:
                             row.mark_failed(error)
                             failed += 1

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import time
 
-from django.db import models
+from django.db import models, transaction
 
 from django_dbqueue.exceptions import Discard
 from django_dbqueue.models import QueueMixin
 from django_dbqueue.query import QueueQuerySetMixin
 from django_dbqueue.retry import ExponentialBackoff
+
+#: pks of the rows whose handler's on_commit() hook ran (action "hook"; workers run in-process).
+COMMITTED_HOOKS: list[int] = []
 
 
 class Ledger(models.Model):
@@ -44,6 +47,8 @@ class Behaviour(QueueMixin):
         abstract = True
 
     def process(self) -> None:
+        if self.action == "hook":  # before any statement: no savepoint exists yet
+            transaction.on_commit(lambda: COMMITTED_HOOKS.append(self.pk))
         if self.sleep:
             time.sleep(self.sleep)
         Ledger.objects.create(kind=type(self).__name__, job_id=self.pk, attempt=self.queue_attempts)
