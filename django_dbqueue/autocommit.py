@@ -9,6 +9,10 @@ transaction, the session is already in the right mode and nothing is sent. Any s
 run outside a transaction first restores autocommit, so it commits on its own as Django
 promises, and leaving the block restores it too.
 
+Only statements sent through Django's cursors are seen: a handler that talks to the raw DB-API
+connection (``connection.connection``) should do so inside ``transaction.atomic()``, which
+commits what it sends.
+
 Django's own bookkeeping is untouched (``get_autocommit()``, ``on_commit()`` hooks, which
 still run right after each commit), and PostgreSQL and SQLite need none of this: their
 drivers switch modes without a round trip, so the block does nothing there.
