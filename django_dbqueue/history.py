@@ -148,6 +148,21 @@ def copy_attempts(
     written them), so they read as written."""
     if not ids or not history_enabled(model):
         return
+    sql, params = copy_attempts_sql(model, using, ids, worker_id, outcome)
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def copy_attempts_sql(
+    model: type[QueueMixin],
+    using: str,
+    ids: Sequence[Any],
+    worker_id: str,
+    outcome: str,
+    written_by: tuple[Any, Any] | None = None,
+) -> tuple[str, list[Any]]:
+    """The statement of :func:`copy_attempts`. With ``written_by`` = (token, finished_at), in
+    database form, it copies only the rows that carry them: those one outcome write wrote."""
     connection = connections[using]
     quote = connection.ops.quote_name
     meta = model._meta
@@ -179,5 +194,7 @@ def copy_attempts(
     )
     prepare_pk = meta.pk.get_db_prep_value
     params = [meta.label, worker_id, outcome, "", *(prepare_pk(value, connection) for value in ids)]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    if written_by is not None:
+        sql += f" AND {column('queue_token')} = %s AND {column('queue_finished_at')} = %s"
+        params.extend(written_by)
+    return sql, params

@@ -35,7 +35,15 @@ from django.utils import timezone
 
 from .bulk import insert_rows
 from .conf import settings
-from .history import AttemptOutcome, attempt_for, can_copy_attempts, copy_attempts, write_attempts
+from .history import (
+    AttemptOutcome,
+    attempt_for,
+    can_copy_attempts,
+    copy_attempts,
+    copy_attempts_sql,
+    history_enabled,
+    write_attempts,
+)
 from .states import QueueState
 from .wakeup import notify
 
@@ -456,8 +464,19 @@ class QueueQuerySetMixin:
         The statement of every outcome, so it is built by hand (quoted names, the fields' own
         value preparation) rather than compiled by the ORM, which costs more than the
         statement's round trip. Values that are expressions take the ORM's path."""
-        if any(hasattr(value, "resolve_expression") for value in values.values()):
+        statement = self._fenced_update_sql(ids, token, values)
+        if statement is None:
             return self._fenced(ids, token).update(**values)
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(*statement)
+            return cursor.rowcount
+
+    def _fenced_update_sql(
+        self, ids: Sequence[Any], token: int, values: dict[str, Any]
+    ) -> tuple[str, list[Any]] | None:
+        """The statement of :meth:`_update_fenced` (None if a value is an expression)."""
+        if any(hasattr(value, "resolve_expression") for value in values.values()):
+            return None
         connection = connections[self.db]
         meta = self.model._meta
         fields = [meta.get_field(name) for name in values]
@@ -468,36 +487,24 @@ class QueueQuerySetMixin:
         ]
         params.extend(prepare_pk(pk, connection) for pk in ids)
         params.append(token)
-        sql = _fenced_sql("UPDATE", self.db, self.model, tuple(f.column for f in fields), len(ids))
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.rowcount
+        return _fenced_sql("UPDATE", self.db, self.model, tuple(f.column for f in fields), len(ids)), params
 
     def _record_successes_once(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
         ids = [row.pk for row in rows]
         finished_at = claim.now()
+        values = {
+            "queue_state": QueueState.SUCCEEDED,
+            "queue_finished_at": finished_at,
+            "queue_locked_until": None,
+            "queue_last_error": "",
+            "queue_token": -claim.token,
+        }
         with transaction.atomic(using=self.db, savepoint=False):
-            updated = self._update_fenced(
-                ids,
-                claim.token,
-                {
-                    "queue_state": QueueState.SUCCEEDED,
-                    "queue_finished_at": finished_at,
-                    "queue_locked_until": None,
-                    "queue_last_error": "",
-                    "queue_token": -claim.token,
-                },
-            )
-            if updated == len(ids):
-                written = set(ids)
-            else:
-                # A finished row keeps its claim's token, negated: the rows this statement
-                # wrote are those with it and this finishing time (not an earlier duplicate's).
-                written = set(
-                    self.model._base_manager.using(self.db)
-                    .filter(pk__in=ids, queue_token=-claim.token, queue_finished_at=finished_at)
-                    .values_list("pk", flat=True)
-                )
+            written = self._record_successes_in_one_statement(ids, claim, values)
+            if written is not None:
+                return written
+            updated = self._update_fenced(ids, claim.token, values)
+            written = set(ids) if updated == len(ids) else self._written(ids, claim, finished_at)
             if can_copy_attempts(self.model):
                 copy_attempts(
                     self.model,
@@ -517,6 +524,51 @@ class QueueQuerySetMixin:
                     ),
                 )
         return written
+
+    def _record_successes_in_one_statement(
+        self, ids: Sequence[Any], claim: Claim, values: dict[str, Any]
+    ) -> set[Any] | None:
+        """On MariaDB, the outcome UPDATE and the history's INSERT … SELECT in one round trip
+        (an anonymous ``BEGIN NOT ATOMIC … END`` block): in atomic mode, one of the four
+        round trips of every job. None where that does not apply (the caller writes both)."""
+        connection = connections[self.db]
+        if not (
+            connection.vendor == "mysql"
+            and connection.mysql_is_mariadb
+            and history_enabled(self.model)
+            and can_copy_attempts(self.model)
+        ):
+            return None
+        update = self._fenced_update_sql(ids, claim.token, values)
+        if update is None:
+            return None
+        finished = self.model._meta.get_field("queue_finished_at").get_db_prep_save(
+            values["queue_finished_at"], connection
+        )
+        copy_sql, copy_params = copy_attempts_sql(
+            self.model,
+            self.db,
+            ids,
+            claim.worker_id,
+            AttemptOutcome.SUCCEEDED,
+            written_by=(-claim.token, finished),
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(f"BEGIN NOT ATOMIC {update[0]}; {copy_sql}; END", [*update[1], *copy_params])
+            # The block reports the rows of both statements, and the copy takes exactly the
+            # rows the UPDATE wrote (same token and finishing time, locks held): half each.
+            updated = cursor.rowcount // 2
+        return set(ids) if updated == len(ids) else self._written(ids, claim, values["queue_finished_at"])
+
+    def _written(self, ids: Sequence[Any], claim: Claim, finished_at: datetime) -> set[Any]:
+        """The rows of ``ids`` that one success write wrote, when it matched fewer than all: a
+        finished row keeps its claim's token, negated, and this finishing time (not an earlier
+        duplicate's)."""
+        return set(
+            self.model._base_manager.using(self.db)
+            .filter(pk__in=ids, queue_token=-claim.token, queue_finished_at=finished_at)
+            .values_list("pk", flat=True)
+        )
 
     def _record_failure(
         self,

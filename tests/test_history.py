@@ -9,6 +9,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from django_dbqueue.history import QueueAttempt
+from django_dbqueue.models import record_successes
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.conftest import wait_until
@@ -113,3 +114,20 @@ def test_success_attempts_copied_by_the_database_match_the_rows() -> None:
             row.queue_last_attempt_at,
             row.queue_finished_at,
         )
+
+
+@pytest.mark.parametrize("history", [True, False])
+def test_a_batch_with_a_lost_row_records_the_others_and_their_history_only(history, settings) -> None:
+    """The success write of a batch where one row's claim was lost meanwhile (a rescuer took
+    it): the others are written with one attempt each, the lost one is left alone."""
+    settings.DBQUEUE_HISTORY = history
+    Job.objects.bulk_create([Job(name=str(i)) for i in range(4)])
+    rows = Job.objects.claim(limit=4, worker_id="w1")
+    stolen = rows[1]
+    Job.objects.filter(pk=stolen.pk).update(queue_token=12345, queue_locked_by="rescuer")
+    lost = record_successes(Job, rows, rows[0]._queue_claim)
+    assert [row.pk for row in lost] == [stolen.pk]
+    states = dict(Job.objects.values_list("pk", "queue_state"))
+    assert states.pop(stolen.pk) == "running" and set(states.values()) == {"succeeded"}
+    copied = sorted(int(pk) for pk in QueueAttempt.objects.values_list("object_id", flat=True))
+    assert copied == (sorted(states) if history else [])

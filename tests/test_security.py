@@ -48,6 +48,10 @@ REVIEWED = {
     ("django_dbqueue/query.py", "_update_fenced"): (
         "runs _fenced_sql(): identifiers through quote_name, one %s per id and per column value"
     ),
+    ("django_dbqueue/query.py", "_record_successes_in_one_statement"): (
+        "a BEGIN NOT ATOMIC block around _fenced_update_sql() and copy_attempts_sql(), both reviewed; "
+        "their parameters go separately"
+    ),
     ("django_dbqueue/query.py", "_lock_held"): (
         "runs _fenced_sql() plus connection.ops.for_update_sql(); the ids and token are parameters"
     ),
