@@ -639,9 +639,9 @@ class QueueQuerySetMixin:
 
     def _lock_held(self, ids: Sequence[Any], claim: Claim) -> set[Any]:
         """Inside a transaction: lock the rows still ours (waits, never skips)."""
-        # By primary key, selecting only the (unindexed) token: a covering scan of the state
-        # index would lock, and wait for, other workers' rows. Hand-built like the outcome
-        # writes: in atomic mode this runs once per job.
+        # By primary key: the fence's token is in no index, so no covering scan of the state
+        # index can serve it (that scan would lock, and wait for, other workers' rows).
+        # Hand-built like the outcome writes: in atomic mode this runs once per job.
         connection = connections[self.db]
         meta = self.model._meta
         sql = _fenced_sql("SELECT", self.db, self.model, (), len(ids))
