@@ -53,9 +53,12 @@ def deferred_autocommit(using: str) -> Iterator[None]:
 
     connection._set_autocommit = set_autocommit
     connection.execute_wrappers.append(before_statement)
+    # pipeline.CommitCarrier relies on it: a transaction it leaves open survives until the next.
+    connection._dbq_autocommit_deferred = True
     try:
         yield
     finally:
+        del connection._dbq_autocommit_deferred
         connection.execute_wrappers.remove(before_statement)
         del connection._set_autocommit  # the class's method again
         if connection.autocommit and not connection.in_atomic_block and session_autocommit() is False:

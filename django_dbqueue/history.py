@@ -8,6 +8,7 @@ outcomes), so history and queue state never disagree. Turn it off with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -164,6 +165,18 @@ def copy_attempts_sql(
     """The statement of :func:`copy_attempts`. With ``written_by`` = (token, finished_at), in
     database form, it copies only the rows that carry them: those one outcome write wrote."""
     connection = connections[using]
+    prepare_pk = model._meta.pk.get_db_prep_value
+    params = [model._meta.label, worker_id, outcome, "", *(prepare_pk(value, connection) for value in ids)]
+    if written_by is not None:
+        params.extend(written_by)
+    return copy_attempts_statement(using, model, len(ids), written_by is not None), params
+
+
+@functools.lru_cache(maxsize=512)
+def copy_attempts_statement(using: str, model: type[QueueMixin], id_count: int, fenced: bool) -> str:
+    """The SQL of :func:`copy_attempts_sql`, cached: atomic mode sends it once per job, and
+    building it cost more than sending it."""
+    connection = connections[using]
     quote = connection.ops.quote_name
     meta = model._meta
 
@@ -187,14 +200,11 @@ def copy_attempts_sql(
         )
     )
     columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
-    placeholders = ", ".join(["%s"] * len(ids))
+    placeholders = ", ".join(["%s"] * id_count)
     sql = (
         f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) "
         f"SELECT {selected} FROM {quote(meta.db_table)} WHERE {pk} IN ({placeholders})"
     )
-    prepare_pk = meta.pk.get_db_prep_value
-    params = [meta.label, worker_id, outcome, "", *(prepare_pk(value, connection) for value in ids)]
-    if written_by is not None:
+    if fenced:
         sql += f" AND {column('queue_token')} = %s AND {column('queue_finished_at')} = %s"
-        params.extend(written_by)
-    return sql, params
+    return sql

@@ -221,7 +221,19 @@ def record_successes(model: type[QueueMixin], rows: Sequence[QueueMixin], claim:
     """Mark ``rows`` (all of one claim) SUCCEEDED in one UPDATE; return the rows whose claim
     was lost (their late outcome is rejected and logged, not written)."""
     written = model.queue_queryset(claim.using)._record_successes(rows, claim)
-    finished_at = claim.now()
+    return successes_written(model, rows, written, claim)
+
+
+def successes_written(
+    model: type[QueueMixin],
+    rows: Sequence[QueueMixin],
+    written: set[Any],
+    claim: Claim,
+    finished_at: datetime | None = None,
+) -> list[QueueMixin]:
+    """After a success write: bring the written rows up to date, log the rejected ones, tell
+    ``job_succeeded`` receivers (once committed); return the rows whose claim was lost."""
+    finished_at = finished_at or claim.now()
     lost, won = [], []
     for row in rows:
         if row.pk not in written:

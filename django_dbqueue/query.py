@@ -40,10 +40,11 @@ from .history import (
     attempt_for,
     can_copy_attempts,
     copy_attempts,
-    copy_attempts_sql,
+    copy_attempts_statement,
     history_enabled,
     write_attempts,
 )
+from .pipeline import CarriedCommit
 from .states import QueueState
 from .wakeup import notify
 
@@ -489,16 +490,21 @@ class QueueQuerySetMixin:
         params.append(token)
         return _fenced_sql("UPDATE", self.db, self.model, tuple(f.column for f in fields), len(ids)), params
 
-    def _record_successes_once(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
-        ids = [row.pk for row in rows]
-        finished_at = claim.now()
-        values = {
+    def _success_values(self, claim: Claim) -> dict[str, Any]:
+        """The columns a success writes (the token negated: the row's claim is over), in the
+        order of ``SUCCESS_COLUMNS``."""
+        return {
             "queue_state": QueueState.SUCCEEDED,
-            "queue_finished_at": finished_at,
+            "queue_finished_at": claim.now(),
             "queue_locked_until": None,
             "queue_last_error": "",
             "queue_token": -claim.token,
         }
+
+    def _record_successes_once(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
+        ids = [row.pk for row in rows]
+        values = self._success_values(claim)
+        finished_at = values["queue_finished_at"]
         with transaction.atomic(using=self.db, savepoint=False):
             written = self._record_successes_in_one_statement(ids, claim, values)
             if written is not None:
@@ -525,40 +531,74 @@ class QueueQuerySetMixin:
                 )
         return written
 
+    def _success_block(
+        self, ids: Sequence[Any], claim: Claim, *, commit: bool = False, lock_next: Any = None
+    ) -> tuple[str, list[Any], datetime, int] | None:
+        """On MariaDB, a success write of ``ids`` as one anonymous ``BEGIN NOT ATOMIC`` block:
+        the fenced UPDATE and, with history on, the history's INSERT … SELECT of exactly the
+        rows that UPDATE wrote (same token and finishing time, locks held). With ``commit``
+        the block commits too and, with ``lock_next``, then takes that row's fenced lock (see
+        :mod:`django_dbqueue.pipeline`).
+
+        Returns the SQL, its parameters, the finishing time written and how many rows the
+        server counts per row written (the copy counts too); None where no block can do it.
+        The SQL is cached: in atomic mode this runs once per job."""
+        connection = connections[self.db]
+        if not (connection.vendor == "mysql" and connection.mysql_is_mariadb):
+            return None
+        history = history_enabled(self.model)
+        if history and not can_copy_attempts(self.model):
+            return None
+        finished_at = claim.now()
+        finished = connection.ops.adapt_datetimefield_value(finished_at)
+        prepare_pk = self.model._meta.pk.get_db_prep_value
+        keys = [prepare_pk(pk, connection) for pk in ids]
+        # In the order of SUCCESS_COLUMNS.
+        params = [QueueState.SUCCEEDED.value, finished, None, "", -claim.token, *keys, claim.token]
+        if history:
+            params += [self.model._meta.label, claim.worker_id, AttemptOutcome.SUCCEEDED.value, ""]
+            params += [*keys, -claim.token, finished]
+        if lock_next is not None:
+            params += [prepare_pk(lock_next, connection), claim.token]
+        sql = _success_block_sql(self.db, self.model, len(ids), history, commit, lock_next is not None)
+        return sql, params, finished_at, 2 if history else 1
+
     def _record_successes_in_one_statement(
         self, ids: Sequence[Any], claim: Claim, values: dict[str, Any]
     ) -> set[Any] | None:
-        """On MariaDB, the outcome UPDATE and the history's INSERT … SELECT in one round trip
-        (an anonymous ``BEGIN NOT ATOMIC … END`` block): in atomic mode, one of the four
-        round trips of every job. None where that does not apply (the caller writes both)."""
-        connection = connections[self.db]
-        if not (
-            connection.vendor == "mysql"
-            and connection.mysql_is_mariadb
-            and history_enabled(self.model)
-            and can_copy_attempts(self.model)
-        ):
+        """On MariaDB with the history on, the outcome UPDATE and the history's INSERT …
+        SELECT in one round trip. None where that does not apply (the caller writes both)."""
+        if not history_enabled(self.model):
+            return None  # one UPDATE: no block needed
+        block = self._success_block(ids, claim)
+        if block is None:
             return None
-        update = self._fenced_update_sql(ids, claim.token, values)
-        if update is None:
+        sql, params, finished_at, per_row = block
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(sql, params)
+            updated = cursor.rowcount // per_row
+        return set(ids) if updated == len(ids) else self._written(ids, claim, finished_at)
+
+    def _success_commit(self, pk: Any, claim: Claim, lock_next: Any = None) -> CarriedCommit | None:
+        """The success of one atomic-mode job as a block that also commits and, with
+        ``lock_next``, locks the claim's next row for the transaction that follows (see
+        :mod:`django_dbqueue.pipeline`). None where no such block is possible."""
+        block = self._success_block([pk], claim, commit=True, lock_next=lock_next)
+        if block is None:
             return None
-        finished = self.model._meta.get_field("queue_finished_at").get_db_prep_save(
-            values["queue_finished_at"], connection
-        )
-        copy_sql, copy_params = copy_attempts_sql(
-            self.model,
-            self.db,
-            ids,
-            claim.worker_id,
-            AttemptOutcome.SUCCEEDED,
-            written_by=(-claim.token, finished),
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(f"BEGIN NOT ATOMIC {update[0]}; {copy_sql}; END", [*update[1], *copy_params])
-            # The block reports the rows of both statements, and the copy takes exactly the
-            # rows the UPDATE wrote (same token and finishing time, locks held): half each.
-            updated = cursor.rowcount // 2
-        return set(ids) if updated == len(ids) else self._written(ids, claim, values["queue_finished_at"])
+        sql, params, finished_at, per_row = block
+
+        def decode(count: int) -> tuple[bool | None, bool]:
+            # count = per_row x written + locked, each 0 or 1.
+            if lock_next is None:
+                return count > 0, False
+            if per_row == 2:
+                return count >= 2, count % 2 == 1
+            if count == 1:
+                return None, False  # written or locked, not both: the caller reads which
+            return count == 2, count == 2
+
+        return CarriedCommit(sql, params, decode, finished_at=finished_at, lock_next=lock_next)
 
     def _written(self, ids: Sequence[Any], claim: Claim, finished_at: datetime) -> set[Any]:
         """The rows of ``ids`` that one success write wrote, when it matched fewer than all: a
@@ -668,8 +708,9 @@ class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore
 def _fenced_sql(
     verb: str, using: str, model: type[QueueMixin], columns: tuple[str, ...], id_count: int
 ) -> str:
-    """``UPDATE t SET columns… WHERE <fence>`` or ``SELECT pk FROM t WHERE <fence>``, the fence
-    being ``pk IN (id_count placeholders) AND queue_token = %s``."""
+    """``UPDATE t SET columns… WHERE <fence>``, ``SELECT pk FROM t WHERE <fence>`` or the no-op
+    ``UPDATE`` that locks (verb ``LOCK``), the fence being ``pk IN (id_count placeholders) AND
+    queue_token = %s``."""
     quote = connections[using].ops.quote_name
     meta = model._meta
     pk = quote(meta.pk.column)
@@ -679,8 +720,43 @@ def _fenced_sql(
     )
     if verb == "SELECT":
         return f"SELECT {pk} FROM {quote(meta.db_table)} {fence}"
+    if verb == "LOCK":  # an UPDATE that changes nothing: the rows' X locks, and their count
+        token = quote(meta.get_field("queue_token").column)
+        return f"UPDATE {quote(meta.db_table)} SET {token} = {token} {fence}"
     assignments = ", ".join(f"{quote(column)} = %s" for column in columns)
     return f"UPDATE {quote(meta.db_table)} SET {assignments} {fence}"
+
+
+#: The columns a success writes, in the order of ``_success_values`` and ``_success_block``.
+SUCCESS_COLUMNS = (
+    "queue_state",
+    "queue_finished_at",
+    "queue_locked_until",
+    "queue_last_error",
+    "queue_token",
+)
+
+
+@functools.lru_cache(maxsize=512)
+def _success_block_sql(
+    using: str, model: type[QueueMixin], id_count: int, history: bool, commit: bool, lock_next: bool
+) -> str:
+    """The SQL of ``QueueQuerySetMixin._success_block`` (MariaDB)."""
+    meta = model._meta
+    columns = tuple(meta.get_field(name).column for name in SUCCESS_COLUMNS)
+    statements = [_fenced_sql("UPDATE", using, model, columns, id_count)]
+    if history:
+        statements.append(copy_attempts_statement(using, model, id_count, fenced=True))
+    if commit:
+        statements.append("COMMIT")
+    if lock_next:
+        # A failed lock (lock-wait timeout, deadlock) must not fail the block: the
+        # transaction before it is committed. It counts 0; the next job locks for itself.
+        statements.append(
+            "BEGIN DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; "
+            f"{_fenced_sql('LOCK', using, model, (), 1)}; END"
+        )
+    return f"BEGIN NOT ATOMIC {'; '.join(statements)}; END"
 
 
 def _check_priority(priority: int) -> int:

@@ -34,12 +34,14 @@ from django.db import (
     router,
     transaction,
 )
+from django.db.transaction import TransactionManagementError
 
 from . import registry, signals
 from .autocommit import deferred_autocommit
 from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
-from .models import QueueMixin, queue_models, record_successes
+from .models import QueueMixin, queue_models, record_successes, successes_written
+from .pipeline import CarriedCommit, CommitCarrier
 from .query import Claim, as_timedelta, default_worker_id, is_transient_lock_error
 from .savepoint import LazySavepoint
 from .wakeup import Listener
@@ -117,6 +119,7 @@ class Worker:
         self._next_rescue = 0.0
         self._alarm_installed = False
         self._registry_db: str | None = None
+        self._carriers: dict[str, CommitCarrier] = {}
 
     # -- public control --------------------------------------------------------------------
 
@@ -147,6 +150,10 @@ class Worker:
             # connections: on MySQL, skip the SET autocommit round trips between them.
             for using in sorted({self.db_for(model) for model in self.models}):
                 stack.enter_context(deferred_autocommit(using))
+                if CommitCarrier.supported(using) and any(m.queue_atomic for m in self.models):
+                    # MariaDB: an atomic job's outcome, commit and the next job's lock in one
+                    # round trip (see pipeline.py).
+                    self._carriers[using] = stack.enter_context(CommitCarrier(using).active())
             logger.info(
                 "worker %s consuming %s%s",
                 self.worker_id,
@@ -158,6 +165,7 @@ class Worker:
             self._loop()
         finally:
             stack.close()
+            self._carriers.clear()
             self._keeper.stop()
             if self._listener is not None:
                 self._listener.stop()
@@ -319,44 +327,87 @@ class Worker:
     def _run_atomic(self, model: type[QueueMixin], rows: list[QueueMixin], claim: Claim) -> None:
         """Exactly-once database effects: each handler runs in the transaction that records
         its outcome (fenced by the claim's token), one job or one group per commit."""
-        group = max(int(getattr(model, "queue_atomic_group", 1) or 1), 1)
+        group = atomic_group(model)
+        carrier = self._carriers.get(claim.using)
         for start in range(0, len(rows), group):
             if self.stopping or self._fatal is not None:
                 self._release(model, rows[start:], claim)
                 return
             chunk = rows[start : start + group]
             if len(chunk) == 1:
-                self._run_atomic_one(model, chunk[0], claim)
+                following = rows[start + 1].pk if carrier is not None and start + 1 < len(rows) else None
+                self._run_atomic_one(model, chunk[0], claim, carrier, following)
             else:
                 self._run_atomic_group(model, chunk, claim)
 
-    def _run_atomic_one(self, model: type[QueueMixin], row: QueueMixin, claim: Claim) -> None:
+    def _run_atomic_one(
+        self,
+        model: type[QueueMixin],
+        row: QueueMixin,
+        claim: Claim,
+        carrier: CommitCarrier | None = None,
+        following: Any = None,
+    ) -> None:
         """One job, one transaction: lock the row if still ours (fenced by its token, so a
         rescuer's SKIP LOCKED passes it by even once the lease ran out), run the handler,
         record the success. A failing handler rolls back alone and its failure is recorded
-        right after (the row is still ours)."""
+        right after (the row is still ours).
+
+        With a ``carrier`` (MariaDB), the success, the commit and the lock of the
+        ``following`` row go in one block at the commit, and this job's own lock may have
+        come with the previous job's block."""
         using = claim.using
+        qs = model.queue_queryset(using)
         error: BaseException | None = None
         lost: list[QueueMixin] = []
+        carried: CarriedCommit | None = None
         try:
             with transaction.atomic(using=using):
-                if not model.queue_queryset(using)._lock_held([row.pk], claim):
+                held = carrier is not None and carrier.holds(row.pk)
+                if not held and not qs._lock_held([row.pk], claim):
                     self._lost(row, claim)
                     return
                 error = self._call(row, claim)
                 if error is not None:
                     transaction.set_rollback(True, using=using)
+                elif carrier is not None and (carried := qs._success_commit(row.pk, claim, following)):
+                    carrier.carry(carried)
                 else:
                     # Lost only if the handler deleted its own row: what it did commits.
                     lost = record_successes(model, [row], claim)
         except DatabaseError as exc:
             error = self._rolled_back(model, exc, using)
+        finally:
+            if carrier is not None:
+                carrier.clear()
+        if carried is not None and error is None:
+            if carried.sent:
+                lost = self._carried_outcome(model, row, claim, carried)
+            else:
+                # The handler left the transaction marked for rollback (set_rollback(True), or
+                # a database error it caught in atomic(savepoint=False)), so Django rolled it
+                # back instead of committing: a failed attempt, as on the path without a carrier.
+                error = self._rolled_back(
+                    model,
+                    TransactionManagementError("the handler left its transaction marked for rollback"),
+                    using,
+                )
         if error is not None:
             self._fail(row, error, claim)
         elif lost:
             self.stats.lost += 1
         else:
             self.stats.succeeded += 1
+
+    def _carried_outcome(
+        self, model: type[QueueMixin], row: QueueMixin, claim: Claim, carried: CarriedCommit
+    ) -> list[QueueMixin]:
+        """What became of a success the commit carried: the rows lost (see
+        ``successes_written``)."""
+        written = carried.written
+        if written is None:  # the block's count could not tell (no history, next row lost)
+            written = bool(model.queue_queryset(claim.using)._written([row.pk], claim, carried.finished_at))
+        return successes_written(model, [row], {row.pk} if written else set(), claim, carried.finished_at)
 
     def _run_atomic_group(self, model: type[QueueMixin], chunk: list[QueueMixin], claim: Claim) -> None:
         """Several jobs, one transaction: lock the rows still ours first (their effects commit
@@ -662,6 +713,11 @@ def has_queue_column(model: type[QueueMixin]) -> bool:
     return any(f.name == "queue" for f in model._meta.concrete_fields)
 
 
+def atomic_group(model: type[QueueMixin]) -> int:
+    """Jobs per transaction in atomic mode (``queue_atomic_group``); 1 in lease mode."""
+    return max(int(getattr(model, "queue_atomic_group", 1) or 1), 1) if model.queue_atomic else 1
+
+
 def default_batch_size(model: type[QueueMixin]) -> int:
     """Rows claimed at once when --batch-size is not given.
 
@@ -669,5 +725,5 @@ def default_batch_size(model: type[QueueMixin]) -> int:
     commits once per group anyway; claiming many more rows than a group only lets one worker
     sit on rows that idle workers could run (and makes a slow tail at the end of a drain)."""
     if model.queue_atomic:
-        return max(10, int(getattr(model, "queue_atomic_group", 1) or 1))
+        return max(10, atomic_group(model))
     return settings.BATCH_SIZE

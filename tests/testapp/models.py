@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 from django.db import models, transaction
 
@@ -14,6 +16,9 @@ from django_dbqueue.retry import ExponentialBackoff
 
 #: pks of the rows whose handler's on_commit() hook ran (action "hook"; workers run in-process).
 COMMITTED_HOOKS: list[int] = []
+
+#: Test code a row's handler runs first, by the row's name (workers run in-process).
+HANDLER_HOOKS: dict[str, Callable[[Any], None]] = {}
 
 
 class Ledger(models.Model):
@@ -47,6 +52,8 @@ class Behaviour(QueueMixin):
         abstract = True
 
     def process(self) -> None:
+        if self.name in HANDLER_HOOKS:
+            HANDLER_HOOKS[self.name](self)
         if self.action == "hook":  # before any statement: no savepoint exists yet
             transaction.on_commit(lambda: COMMITTED_HOOKS.append(self.pk))
         if self.sleep:
@@ -59,6 +66,8 @@ class Behaviour(QueueMixin):
             raise SystemExit(3)
         elif self.action == "discard":
             raise Discard("not worth retrying")
+        elif self.action == "mark-rollback":  # fails without raising: nothing may commit
+            transaction.set_rollback(True)
         elif self.action == "hang":
             while True:  # swallows its timeout, like a handler stuck in a C call
                 try:
