@@ -10,8 +10,11 @@ from django.conf import settings as django_settings
 class Settings:
     #: Seconds a claim stays valid unless renewed; a model's ``queue_lease`` wins.
     LEASE: float = 300.0
-    #: Rows claimed per claim statement by ``runqueue`` (``--batch-size``).
+    #: Most rows claimed per claim statement by ``runqueue`` (``--batch-size`` fixes a size).
     BATCH_SIZE: int = 100
+    #: Seconds of work a worker claims at once, judged by how long its recent jobs of the
+    #: model took (batching.py): big batches of fast jobs, small batches of slow ones.
+    BATCH_SECONDS: float = 0.1
     #: Longest sleep of an idle worker between polls, in seconds (``--poll-interval``).
     POLL_INTERVAL: float = 0.045
     #: Seconds between two runs of the expired-lease rescue by each worker.

@@ -38,6 +38,7 @@ from django.db.transaction import TransactionManagementError
 
 from . import registry, signals
 from .autocommit import deferred_autocommit
+from .batching import ClaimSizer
 from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes, successes_written
@@ -120,6 +121,7 @@ class Worker:
         self._alarm_installed = False
         self._registry_db: str | None = None
         self._carriers: dict[str, CommitCarrier] = {}
+        self._sizer = ClaimSizer()
 
     # -- public control --------------------------------------------------------------------
 
@@ -157,9 +159,7 @@ class Worker:
             logger.info(
                 "worker %s consuming %s%s",
                 self.worker_id,
-                ", ".join(
-                    f"{m._meta.label} (batch {self.batch_size or default_batch_size(m)})" for m in self.models
-                ),
+                ", ".join(f"{m._meta.label} (batch {self._batch_description(m)})" for m in self.models),
                 ", burst" if self.burst else "",
             )
             self._loop()
@@ -256,8 +256,13 @@ class Worker:
             return None
         return max(self.max_jobs - self.stats.processed - self.stats.lost, 0)
 
+    def _batch_description(self, model: type[QueueMixin]) -> str:
+        if self.batch_size:
+            return str(self.batch_size)
+        return f"{default_batch_size(model)} first, then by job time up to {settings.BATCH_SIZE}"
+
     def _claim_size(self, model: type[QueueMixin]) -> int:
-        size = self.batch_size or default_batch_size(model)
+        size = self.batch_size or self._sizer.size(model, default_batch_size(model), atomic_group(model))
         left = self._quota_left()
         return size if left is None else min(size, left)
 
@@ -292,6 +297,7 @@ class Worker:
         self.stats.claimed += len(rows)
         signals.job_claimed.send(model, rows=rows, worker_id=self.worker_id)
         self._keeper.hold(model, claim, [r.pk for r in rows])
+        started = time.monotonic()
         try:
             if model.queue_atomic:
                 self._run_atomic(model, rows, claim)
@@ -299,6 +305,8 @@ class Worker:
                 self._run_leased(model, rows, claim)
         finally:
             self._keeper.drop(claim)
+        if not self.stopping:  # a batch cut short says nothing of how long its jobs take
+            self._sizer.observe(model, len(rows), time.monotonic() - started)
 
     def _run_leased(self, model: type[QueueMixin], rows: list[QueueMixin], claim: Claim) -> None:
         """At-least-once: handler first, outcome after; successes are written in batches."""
@@ -719,11 +727,12 @@ def atomic_group(model: type[QueueMixin]) -> int:
 
 
 def default_batch_size(model: type[QueueMixin]) -> int:
-    """Rows claimed at once when --batch-size is not given.
+    """Rows claimed at once when --batch-size is not given, until the worker has timed a batch
+    of the model (then batching.ClaimSizer decides).
 
-    Lease mode writes a batch's successes in one statement, so big batches pay. Atomic mode
-    commits once per group anyway; claiming many more rows than a group only lets one worker
-    sit on rows that idle workers could run (and makes a slow tail at the end of a drain)."""
+    Lease mode writes a batch's successes in one statement, so big batches pay. An atomic
+    model's jobs may be slow (they hold a transaction each): its first claim is small, so one
+    worker does not sit on rows that idle workers could run."""
     if model.queue_atomic:
         return max(10, atomic_group(model))
     return settings.BATCH_SIZE
