@@ -64,3 +64,4 @@ def test_quick_chaos_run_loses_nothing_and_doubles_nothing() -> None:
         == counters["lease: succeeded"] + counters["lease: poison rows FAILED with a reason"]
     ), report
     assert counters["outcomes recorded by clock-skewed workers"] > 0, report
+    assert counters["atomic: attempts run one per transaction"] > 0, report

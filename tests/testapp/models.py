@@ -229,6 +229,17 @@ class ChaosAtomicJob(ChaosRow):
     queue_atomic_group = 4
 
 
+class ChaosAtomicSingleJob(ChaosAtomicJob):
+    """The same rows (a proxy), one handler per transaction: on MariaDB the path whose commit
+    carries the outcome and the next row's lock (pipeline.py). The chaos runqueues consume
+    both models, so each row goes through one path or the other."""
+
+    queue_atomic_group = 1
+
+    class Meta:
+        proxy = True
+
+
 class HostileBase(QueueMixin):
     """Bad input for the worker: handlers that raise BaseException subclasses, delete their
     own row, or read a payload they cannot use."""
