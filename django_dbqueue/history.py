@@ -173,9 +173,12 @@ def copy_attempts_sql(
 
 
 @functools.lru_cache(maxsize=512)
-def copy_attempts_statement(using: str, model: type[QueueMixin], id_count: int, fenced: bool) -> str:
+def copy_attempts_statement(
+    using: str, model: type[QueueMixin], id_count: int, fenced: bool, outcome: str | None = None
+) -> str:
     """The SQL of :func:`copy_attempts_sql`, cached: atomic mode sends it once per job, and
-    building it cost more than sending it."""
+    building it cost more than sending it. With ``outcome`` (one of AttemptOutcome's values),
+    the outcome and an empty error are in the text instead of parameters."""
     connection = connections[using]
     quote = connection.ops.quote_name
     meta = model._meta
@@ -195,8 +198,7 @@ def copy_attempts_statement(using: str, model: type[QueueMixin], id_count: int, 
             column("queue_run_at"),
             column("queue_last_attempt_at"),
             column("queue_finished_at"),
-            "%s",
-            "%s",
+            *(("%s", "%s") if outcome is None else (f"'{AttemptOutcome(outcome).value}'", "''")),
         )
     )
     columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)

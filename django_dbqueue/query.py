@@ -553,11 +553,10 @@ class QueueQuerySetMixin:
         finished = connection.ops.adapt_datetimefield_value(finished_at)
         prepare_pk = self.model._meta.pk.get_db_prep_value
         keys = [prepare_pk(pk, connection) for pk in ids]
-        # In the order of SUCCESS_COLUMNS.
-        params = [QueueState.SUCCEEDED.value, finished, None, "", -claim.token, *keys, claim.token]
+        # Fixed values are in the SQL text: each parameter costs the driver a Python call.
+        params = [finished, *keys, claim.token]
         if history:
-            params += [self.model._meta.label, claim.worker_id, AttemptOutcome.SUCCEEDED.value, ""]
-            params += [*keys, -claim.token, finished]
+            params += [self.model._meta.label, claim.worker_id, *keys, -claim.token, finished]
         if lock_next is not None:
             params += [prepare_pk(lock_next, connection), claim.token]
         sql = _success_block_sql(self.db, self.model, len(ids), history, commit, lock_next is not None)
@@ -708,9 +707,9 @@ class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore
 def _fenced_sql(
     verb: str, using: str, model: type[QueueMixin], columns: tuple[str, ...], id_count: int
 ) -> str:
-    """``UPDATE t SET columns… WHERE <fence>``, ``SELECT pk FROM t WHERE <fence>`` or the no-op
-    ``UPDATE`` that locks (verb ``LOCK``), the fence being ``pk IN (id_count placeholders) AND
-    queue_token = %s``."""
+    """``UPDATE t SET columns… WHERE <fence>``, ``SELECT pk FROM t WHERE <fence>``, the no-op
+    ``UPDATE`` that locks (verb ``LOCK``) or the success (verb ``SUCCEED``), the fence being
+    ``pk IN (id_count placeholders) AND queue_token = %s``."""
     quote = connections[using].ops.quote_name
     meta = model._meta
     pk = quote(meta.pk.column)
@@ -720,9 +719,15 @@ def _fenced_sql(
     )
     if verb == "SELECT":
         return f"SELECT {pk} FROM {quote(meta.db_table)} {fence}"
+    token = quote(meta.get_field("queue_token").column)
     if verb == "LOCK":  # an UPDATE that changes nothing: the rows' X locks, and their count
-        token = quote(meta.get_field("queue_token").column)
         return f"UPDATE {quote(meta.db_table)} SET {token} = {token} {fence}"
+    if verb == "SUCCEED":  # the values of _success_values(), fixed ones as SQL: one parameter
+        state, finished, until, error = (quote(meta.get_field(name).column) for name in SUCCESS_COLUMNS[:4])
+        return (
+            f"UPDATE {quote(meta.db_table)} SET {state} = '{QueueState.SUCCEEDED.value}', "
+            f"{finished} = %s, {until} = NULL, {error} = '', {token} = -{token} {fence}"
+        )
     assignments = ", ".join(f"{quote(column)} = %s" for column in columns)
     return f"UPDATE {quote(meta.db_table)} SET {assignments} {fence}"
 
@@ -742,11 +747,11 @@ def _success_block_sql(
     using: str, model: type[QueueMixin], id_count: int, history: bool, commit: bool, lock_next: bool
 ) -> str:
     """The SQL of ``QueueQuerySetMixin._success_block`` (MariaDB)."""
-    meta = model._meta
-    columns = tuple(meta.get_field(name).column for name in SUCCESS_COLUMNS)
-    statements = [_fenced_sql("UPDATE", using, model, columns, id_count)]
+    statements = [_fenced_sql("SUCCEED", using, model, (), id_count)]
     if history:
-        statements.append(copy_attempts_statement(using, model, id_count, fenced=True))
+        statements.append(
+            copy_attempts_statement(using, model, id_count, fenced=True, outcome=AttemptOutcome.SUCCEEDED)
+        )
     if commit:
         statements.append("COMMIT")
     if lock_next:
