@@ -77,6 +77,8 @@ def insert_rows(
             batch.send(batch_size)
         return
     instances = [as_instance(model, row, fixed or {}) for row in rows]
+    for instance in instances:
+        instance._prepare_related_fields_for_save(operation_name="bulk_enqueue")  # as bulk_create does
     manager = model._base_manager.using(using)
     auto = model._meta.auto_field
     fields = [f for f in model._meta.concrete_fields if not f.generated and f is not auto]
@@ -161,6 +163,7 @@ class Batch:
         return cell
 
     def add_instance(self, number: int, row: models.Model) -> None:
+        row._prepare_related_fields_for_save(operation_name="bulk_enqueue")  # as bulk_create does
         for index, value in self.fixed.items():
             setattr(row, self.plan.fields[index].attname, value)
         cell = self.cell
