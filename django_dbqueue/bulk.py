@@ -109,6 +109,9 @@ class Batch:
         self.keeps = plan.keeps
         self.fixed = {self.index_of(name, None): value for name, value in fixed.items()}
         self.template: list[Any] | None = None
+        self.template_out: Any = None
+        # Unique fields with a callable default need a value per row, even in an empty row.
+        self.per_row_defaults = any(f.unique and f.has_default() and callable(f.default) for f in fields)
         self.slots: dict[frozenset[str], list[tuple[int, str | None]]] = {}
         self.out: list[Any] = []
         model = self.model
@@ -174,8 +177,8 @@ class Batch:
         if self.template is None:
             self.template = self.common_cells()
             self.template_out = self.row_text(self.template) if self.literal else self.template
-        if not row:
-            self.out.append(self.template_out)
+        if not row and not self.per_row_defaults:
+            self.out.append(self.template_out)  # every cell common to the call
             return
         keys = frozenset(row)
         slots = self.slots.get(keys)

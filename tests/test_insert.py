@@ -407,7 +407,8 @@ def test_bulk_enqueue_of_instances_writes_what_bulk_create_writes(tables: None) 
 def test_bulk_enqueue_of_mappings_writes_what_bulk_create_writes(tables: None) -> None:
     customer = Customer.objects.create(name="c")
     when = timezone.now().replace(microsecond=5)
-    mappings = [
+    mappings: list[dict[str, Any]] = [
+        {},
         {},
         {"title": HOSTILE[:90], "count": 3, "queue_priority": 2},
         {"customer": customer, "data": {"k": [HOSTILE]}},
@@ -415,16 +416,23 @@ def test_bulk_enqueue_of_mappings_writes_what_bulk_create_writes(tables: None) -
         {"ratio": 1e-7, "maybe": True, "at": dt.time(1, 2, 3), "took": dt.timedelta(seconds=90)},
         {"own": "mine", "flag": True, "big": -(2**63), "small": 32767, "body": ""},
     ]
-    for mapping in mappings:
+    for mapping in mappings[2:]:
         mapping.update(queue_run_at=when, queue_enqueued_at=when)
-    Rich.objects.bulk_create([Rich(**m) for m in mappings])
+    Rich.objects.bulk_create([Rich(**m, queue_run_at=when, queue_enqueued_at=when) for m in mappings[:2]])
+    Rich.objects.bulk_create([Rich(**m) for m in mappings[2:]])
+    mappings[:2] = [{}, {}]  # empty rows: every field takes its default (the times called once)
     plan = insert_plan(Rich, connection)
     assert plan is not None and Batch(plan, connection, mappings, {}, plan.literal).out  # no ORM detour
     assert Rich.objects.bulk_enqueue(mappings, batch_size=4) == len(mappings)
     pks = list(Rich.objects.order_by("pk").values_list("pk", flat=True))
-    rows = [without(stored(Rich, pk), Rich, "ref", "created") for pk in pks]
     n = len(mappings)
-    assert rows[:n] == rows[n:]
+    rows = [without(stored(Rich, pk), Rich, "ref", "created") for pk in pks]
+    assert rows[2:n] == rows[n + 2 :]
+    times = ("ref", "created", "queue_run_at", "queue_enqueued_at")
+    empty = [without(stored(Rich, pk), Rich, *times) for pk in pks[:2] + pks[n : n + 2]]
+    assert empty[0] == empty[1] == empty[2] == empty[3]
+    ours = Rich.objects.filter(pk__in=pks[n : n + 2])
+    assert len({(r.queue_run_at, r.queue_enqueued_at) for r in ours}) == 1  # the default called once
     refs = set(Rich.objects.values_list("ref", flat=True))
     assert len(refs) == 2 * n  # a unique field's callable default: one value per row
 
