@@ -59,7 +59,12 @@ with isolate_apps("tests.testapp"):
         class Meta:
             app_label = "testapp"
 
-    class Rich(QueueMixin):
+    class Queued(QueueMixin):
+        class Meta(QueueMixin.Meta):
+            abstract = True
+            app_label = "testapp"
+
+    class Rich(Queued):
         customer = models.ForeignKey(Customer, null=True, blank=True, on_delete=models.CASCADE)
         title = models.CharField(max_length=100, default="untitled")
         body = models.TextField(blank=True, default="")
@@ -78,45 +83,27 @@ with isolate_apps("tests.testapp"):
         data = models.JSONField(null=True)
         created = models.DateTimeField(auto_now_add=True)
 
-        class Meta(QueueMixin.Meta):
-            app_label = "testapp"
-
-    class Blobs(QueueMixin):
+    class Blobs(Queued):
         raw = RawBytesField(null=True)
         binary = models.BinaryField(null=True)  # has its own placeholder on MySQL: Django's path
 
-        class Meta(QueueMixin.Meta):
-            app_label = "testapp"
-
-    class RawBlobs(QueueMixin):
+    class RawBlobs(Queued):
         raw = RawBytesField(null=True)
 
-        class Meta(QueueMixin.Meta):
-            app_label = "testapp"
-
-    class OverridesSaveTable(QueueMixin):
+    class OverridesSaveTable(Queued):
         """Someone else's save step: the new-row path must leave it to Django."""
 
         name = models.CharField(max_length=20, default="")
-
-        class Meta(QueueMixin.Meta):
-            app_label = "testapp"
 
         def _save_table(self, *args: Any, **kwargs: Any) -> Any:
             self.name = "via _save_table"
             return super()._save_table(*args, **kwargs)
 
-    class WithDbDefault(QueueMixin):
+    class WithDbDefault(Queued):
         name = models.CharField(max_length=20, db_default="from the database")
 
-        class Meta(QueueMixin.Meta):
-            app_label = "testapp"
-
-    class Parent(QueueMixin):
+    class Parent(Queued):
         name = models.CharField(max_length=20, default="")
-
-        class Meta(QueueMixin.Meta):
-            app_label = "testapp"
 
     class Child(Parent):
         extra = models.IntegerField(default=0)
