@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import traceback
 from collections.abc import Sequence
@@ -9,12 +10,14 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.apps import apps
-from django.db import models, transaction
+from django.db import connections, models, router, transaction
+from django.db.models.signals import post_save, pre_save
 from django.utils import timezone
 
 from . import signals
 from .conf import settings
 from .exceptions import Discard, LeaseLost, Retry
+from .insert import insert_plan
 from .query import Claim, QueueManager, QueueQuerySet, as_timedelta
 from .retry import ExponentialBackoff, RetryPolicy
 from .states import QueueState
@@ -35,6 +38,9 @@ QUEUE_FIELDS = (
     "queue_enqueued_at",
     "queue_finished_at",
 )
+
+#: The arguments of a ``save()`` the new-row path takes (any others: ``Model.save()``).
+NEW_ROW_SAVE_ARGS = frozenset({"using", "force_insert"})
 
 #: The leading columns of the index the claim needs (checked by a system check).
 CLAIM_INDEX_FIELDS = ("queue_state", "-queue_priority", "queue_run_at")
@@ -102,14 +108,42 @@ class QueueMixin(models.Model):
     # -- saving ----------------------------------------------------------------------------
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        if (
-            not self._state.adding
-            and kwargs.get("update_fields") is None
-            and not kwargs.get("force_insert")
-            and not args
-        ):
+        if self._state.adding:
+            force_insert = kwargs.get("force_insert", False)
+            if not args and kwargs.keys() <= NEW_ROW_SAVE_ARGS and type(force_insert) is bool:
+                self._queue_save_new_row(kwargs.get("using"), force_insert)
+                return
+        elif kwargs.get("update_fields") is None and not kwargs.get("force_insert") and not args:
             kwargs["update_fields"] = self._queue_domain_field_names()
         super().save(*args, **kwargs)
+
+    def _queue_save_new_row(self, using: str | None, force_insert: bool) -> None:
+        """``Model.save()`` of a new row, step for step (related fields checked, router,
+        ``pre_save``, the INSERT, ``_state``, ``post_save``), with the INSERT from a
+        statement built once (:mod:`django_dbqueue.insert`). A row Django must write itself
+        (a primary key already set, a model or value the plan does not cover, a subclass
+        that overrides Django's save steps) takes ``Model.save()`` or its ``_save_table()``."""
+        origin = type(self)
+        meta = self._meta
+        if getattr(self, meta.pk.attname) is not None or not _save_steps_are_djangos(origin):
+            super().save(
+                using=using, force_insert=force_insert
+            )  # UPDATE-or-INSERT by the key, or someone else's steps
+            return
+        self._prepare_related_fields_for_save(operation_name="save")
+        using = using or router.db_for_write(origin, instance=self)
+        connection = connections[using]
+        plan = insert_plan(meta.concrete_model, connection)
+        if plan is None or not self.__dict__.keys() >= plan.attnames:  # deferred fields: Django's rules
+            super().save(using=using, force_insert=force_insert)
+            return
+        pre_save.send(sender=origin, instance=self, raw=False, using=using, update_fields=None)
+        with transaction.mark_for_rollback_on_error(using=using):
+            if not plan.insert_one(self, connection):  # an expression as a value
+                self._save_table(cls=meta.concrete_model, using=using)
+        self._state.db = using
+        self._state.adding = False
+        post_save.send(sender=origin, instance=self, created=True, update_fields=None, raw=False, using=using)
 
     @classmethod
     def _queue_domain_field_names(cls) -> list[str]:
@@ -272,6 +306,15 @@ def describe_error(error: BaseException | str) -> str:
         # Keep the end: the innermost frames and the message are what explain a failure.
         text = "…[truncated]\n" + text[-limit:]
     return text
+
+
+@functools.cache
+def _save_steps_are_djangos(model: type[models.Model]) -> bool:
+    """Whether ``model`` keeps Django's own save steps, which the new-row path stands in for."""
+    return all(
+        getattr(model, name) is getattr(models.Model, name)
+        for name in ("save_base", "_save_parents", "_save_table", "_do_insert", "_do_update")
+    )
 
 
 def queue_models() -> list[type[QueueMixin]]:

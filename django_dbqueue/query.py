@@ -23,7 +23,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -281,23 +281,27 @@ class QueueQuerySetMixin:
         )
         return row
 
-    def bulk_enqueue(self, objs: Iterable[QueueMixin], batch_size: int = 1000) -> int:
+    def bulk_enqueue(self, objs: Iterable[QueueMixin | Mapping[str, Any]], batch_size: int = 1000) -> int:
         """Insert new rows as READY queue items, ``batch_size`` rows per INSERT, and return
         how many. Faster than ``bulk_create`` because it asks the database for no ids back
         (the objects keep ``pk=None``): use it to load work, ``bulk_create`` when you need
-        the rows afterwards. Runs in the caller's transaction, or in one of its own."""
+        the rows afterwards. Runs in the caller's transaction, or in one of its own.
+
+        A row is a model instance or, faster still, a mapping of field names to values
+        (``{"customer": 7}``; a missing field takes its default, a callable default is
+        called once per call rather than per row, except for unique fields). Every row is
+        READY whatever its ``queue_state``. An unknown field or a value its field cannot
+        take raises ``ValueError`` before anything is inserted."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        fields = [f for f in self.model._meta.concrete_fields if not f.primary_key]
         rows = list(objs)
-        for row in rows:
-            if not isinstance(row, self.model):
+        for number, row in enumerate(rows):
+            if type(row) is not dict and not isinstance(row, (self.model, Mapping)):
                 raise TypeError(
-                    f"bulk_enqueue() takes {self.model.__name__} objects, not {type(row).__name__}"
+                    f"bulk_enqueue() takes {self.model.__name__} objects or mappings of field "
+                    f"names to values, not {type(row).__name__} (row {number})"
                 )
-            row.queue_state = QueueState.READY
-        with transaction.atomic(using=self.db, savepoint=False):
-            insert_rows(self.model, self.db, rows, fields, batch_size)
+        insert_rows(self.model, self.db, rows, batch_size, fixed={"queue_state": QueueState.READY})
         return self._notified(len(rows))
 
     # -- bulk operations (one UPDATE each) --------------------------------------------------

@@ -42,8 +42,15 @@ REVIEWED = {
         "INSERT … SELECT from the queue table: identifiers through quote_name, the cast type from "
         "connection.ops, placeholders counted from the ids; every value a parameter"
     ),
-    ("django_dbqueue/bulk.py", "insert_rows"): (
-        "multi-row INSERT: identifiers through quote_name, one %s per value; values are parameters"
+    ("django_dbqueue/bulk.py", "send"): (
+        "multi-row INSERT: identifiers through quote_name; values are parameters, or on MySQL/MariaDB "
+        "each value's literal made by mysqlclient's own literal() (the text it would interpolate "
+        "from parameters), never escaped by hand"
+    ),
+    ("django_dbqueue/insert.py", "insert_one"): (
+        "one-row INSERT: identifiers through quote_name; values are parameters, or on MySQL/MariaDB "
+        "each value's literal made by mysqlclient's own literal() (the text it would interpolate "
+        "from parameters), never escaped by hand"
     ),
     ("django_dbqueue/query.py", "_update_fenced"): (
         "runs _fenced_sql(): identifiers through quote_name, one %s per id and per column value"

@@ -164,8 +164,14 @@ class Command(BaseCommand):
             out.update(n=n, seconds=time.perf_counter() - start)
         elif action == "enqueue-bulk":
             start = time.perf_counter()
-            model.objects.bulk_enqueue([model() for _ in range(n)], batch_size=1000)  # one transaction
-            out.update(n=n, seconds=time.perf_counter() - start, api="bulk_enqueue(), 1,000 rows per INSERT")
+            # Rows as mappings (each {}: every field takes its default), the fastest public
+            # way to load work: no model instance per row. One transaction.
+            model.objects.bulk_enqueue([{} for _ in range(n)], batch_size=1000)
+            out.update(
+                n=n,
+                seconds=time.perf_counter() - start,
+                api="bulk_enqueue() of mappings ({} per row), 1,000 rows per INSERT",
+            )
         elif action == "trickle":
             sent = {}
             rng = random.Random(n)

@@ -1,0 +1,210 @@
+"""The INSERT of new queue rows, from a statement built once per model and database.
+
+Django compiles every INSERT anew (an ``InsertQuery``, its compiler, a placeholder and a
+prepared parameter per column), and on MySQL/MariaDB the driver then escapes each parameter
+into the text. For a new queue row that Python costs more than the round trip and the
+commit. For the usual model (a table of its own, an auto primary key, plain columns) the
+statement depends only on the model, the database and the columns, so an
+:class:`InsertPlan` keeps it. Values are still prepared by each field's own
+``get_db_prep_save()``, and the new primary key comes back the way Django's compiler gets it
+(``lastrowid`` on MySQL/MariaDB and SQLite, ``RETURNING`` on PostgreSQL).
+
+Values repeat: most columns of a new queue row hold the queue's defaults. A repeated value
+of a field of Django's own (whose preparation depends on the value alone) is prepared once
+and kept. On MySQL/MariaDB, mysqlclient interpolates parameters on the client anyway
+(``literal()`` of each value, then ``%``): this module does the same with the driver's own
+``literal()`` and keeps the literal of a repeated value too. A literal is kept only when it
+is the same under every ``sql_mode`` and character set (numbers, NULL, strings the driver
+did not have to escape), so a kept literal never depends on the connection that made it.
+
+Anything unusual (see :func:`insert_plan`) takes Django's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+#: Backends whose INSERT this module writes; others take Django's path.
+VENDORS = frozenset({"mysql", "postgresql", "sqlite"})
+#: Distinct values kept prepared per column (a queue column's default needs one).
+KEPT_PER_FIELD = 32
+#: Longest string kept prepared.
+KEPT_MAX_LENGTH = 200
+
+
+#: Matches no value by identity.
+NOTHING = object()
+
+
+class BinaryValue(Exception):
+    """A value whose literal is bytes, not text: that statement goes with parameters."""
+
+
+class InsertPlan:
+    """The INSERT of one model's new rows on one database (see the module docstring)."""
+
+    def __init__(self, model: type[models.Model], connection: BaseDatabaseWrapper, fields: list[Any]) -> None:
+        meta = model._meta
+        qn = connection.ops.quote_name
+        self.model = model
+        self.fields = tuple(fields)
+        self.attnames = frozenset(field.attname for field in fields)
+        self.literal = connection.vendor == "mysql"  # the statement goes as text (see above)
+        columns = ", ".join(qn(field.column) for field in fields)
+        statement = connection.ops.insert_statement(on_conflict=None)
+        self.head = f"{statement} {qn(meta.db_table)} ({columns}) VALUES "
+        self.marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        # PostgreSQL has no lastrowid: the new key comes back by RETURNING, as Django's
+        # compiler asks for it; MySQL/MariaDB and SQLite give it with the statement's result.
+        self.returning = ""
+        self.returning_params: Any = ()
+        if connection.vendor == "postgresql":
+            returning, self.returning_params = connection.ops.returning_columns([meta.pk])
+            self.returning = " " + returning
+        self.sql = self.head + self.marks + self.returning
+        pk_col = meta.pk.get_col(meta.db_table)
+        self.pk_attname = meta.pk.attname
+        self.pk_column = meta.pk.column
+        self.table = meta.db_table
+        self.pk_converters: list[Callable[..., Any]] = [
+            *connection.ops.get_db_converters(pk_col),
+            *pk_col.get_db_converters(connection),
+        ]
+        self.pk_col = pk_col
+        # Only Django's own fields prepare a value from the value alone; a custom field may
+        # not (a random salt, a counter), so its values are prepared every time.
+        self.keeps = tuple(type(field).__module__.startswith("django.db.models.fields") for field in fields)
+        self.kept: tuple[dict[tuple[type, Any], Any], ...] = tuple({} for _ in fields)
+        self.last: list[tuple[Any, Any]] = [(NOTHING, None)] * len(fields)
+
+    def cell(self, index: int, value: Any, connection: BaseDatabaseWrapper) -> Any:
+        """``value`` of column ``index`` as it goes into the statement: the prepared
+        parameter, or on MySQL/MariaDB its literal."""
+        key = kept_key(value) if self.keeps[index] else None
+        if key is not None:
+            try:
+                return self.kept[index][key]
+            except KeyError:
+                pass
+        prepared = self.fields[index].get_db_prep_save(value, connection)
+        if not self.literal:
+            cell = prepared
+        else:
+            cell = sql_literal(connection, prepared)
+            if not portable_literal(prepared, cell):
+                return cell
+        if key is not None and len(self.kept[index]) < KEPT_PER_FIELD:
+            self.kept[index][key] = cell
+            # A new row's value is most often the very object of the field's default:
+            # known by identity, it needs no key at all.
+            self.last[index] = (value, cell)
+        return cell
+
+    def cells(self, values: list[Any], connection: BaseDatabaseWrapper) -> list[Any] | None:
+        """A row's cells, or None on MySQL/MariaDB when a value's literal is bytes."""
+        out = []
+        append = out.append
+        last = self.last
+        try:
+            for index, value in enumerate(values):
+                known, cell = last[index]
+                append(cell if value is known else self.cell(index, value, connection))
+        except BinaryValue:
+            return None
+        return out
+
+    def params(self, values: list[Any], connection: BaseDatabaseWrapper) -> list[Any]:
+        """A row's parameters, each prepared by its field (nothing kept)."""
+        return [
+            field.get_db_prep_save(value, connection)
+            for field, value in zip(self.fields, values, strict=True)
+        ]
+
+    def insert_one(self, obj: models.Model, connection: BaseDatabaseWrapper) -> bool:
+        """INSERT ``obj`` as a new row and set its primary key. False (nothing sent) when a
+        value is an expression: Django's path compiles those."""
+        values = []
+        for field in self.fields:
+            value = field.pre_save(obj, True)
+            if hasattr(value, "resolve_expression"):
+                return False
+            values.append(value)
+        with connection.cursor() as cursor:  # connects first: literal() needs the connection
+            cells = self.cells(values, connection)
+            if self.literal and cells is not None:
+                # Every cell is the driver's literal() of a prepared value (see the module
+                # docstring): mysqlclient would build the very same text from parameters.
+                cursor.execute(self.head + "(" + ", ".join(cells) + ")")
+            else:
+                cursor.execute(self.sql, cells if cells is not None else self.params(values, connection))
+            if self.returning:
+                pk = connection.ops.fetch_returned_rows(cursor, self.returning_params)[0][0]
+            else:
+                pk = connection.ops.last_insert_id(cursor, self.table, self.pk_column)
+        for converter in self.pk_converters:
+            pk = converter(pk, self.pk_col, connection)
+        setattr(obj, self.pk_attname, pk)
+        return True
+
+
+_plans: dict[tuple[type[models.Model], str, str], InsertPlan | None] = {}
+
+
+def insert_plan(model: type[models.Model], connection: BaseDatabaseWrapper) -> InsertPlan | None:
+    """The plan for new rows of ``model`` without a primary key value, or None when Django's
+    path must write them: another backend, a multi-table inheritance child, a primary key
+    that is not an auto field or has a default, ``order_with_respect_to``, or a column that
+    brings its own SQL (a placeholder, a database default, a generated or returned value)."""
+    key = (model, connection.alias, connection.vendor)
+    try:
+        return _plans[key]
+    except KeyError:
+        pass
+    meta = model._meta.concrete_model._meta
+    pk = meta.pk
+    fields = [f for f in meta.local_concrete_fields if f is not pk]
+    plain = (
+        connection.vendor in VENDORS
+        and not meta.parents
+        and pk is meta.auto_field
+        and not pk.has_default()
+        and not pk.has_db_default()
+        and meta.order_with_respect_to is None
+        and list(meta.db_returning_fields) == [pk]
+        and bool(fields)
+        and not any(
+            f.generated or f.has_db_default() or f.db_returning or hasattr(f, "get_placeholder")
+            for f in fields
+        )
+    )
+    plan = InsertPlan(model, connection, fields) if plain else None
+    _plans[key] = plan
+    return plan
+
+
+def kept_key(value: Any) -> tuple[type, Any] | None:
+    """The key a value is kept under, or None for values not worth keeping (or unhashable):
+    NULL, numbers and short strings (the queue's defaults, a model's choices)."""
+    if value is None or isinstance(value, int) or (isinstance(value, str) and len(value) <= KEPT_MAX_LENGTH):
+        return (type(value), value)
+    return None
+
+
+def sql_literal(connection: BaseDatabaseWrapper, prepared: Any) -> str:
+    """``prepared`` escaped by mysqlclient's own ``literal()``, as it interpolates a
+    parameter. Raises BinaryValue for bytes (their literal is not text)."""
+    if isinstance(prepared, (bytes, bytearray, memoryview)):
+        raise BinaryValue
+    raw = connection.connection
+    return raw.literal(prepared).decode(raw.encoding)
+
+
+def portable_literal(prepared: Any, literal: str) -> bool:
+    """A literal that no ``sql_mode`` or character set would write differently."""
+    if prepared is None or isinstance(prepared, int):
+        return True
+    return isinstance(prepared, str) and literal == "'" + prepared + "'"
