@@ -60,6 +60,9 @@ def on_queue_row_saved(sender: Any, instance: Any, created: bool, using: str, **
 def connect_signals() -> None:
     from .models import QueueMixin, queue_models
 
+    if not any(connections[alias].vendor == "postgresql" for alias in connections):
+        # Only PostgreSQL is notified: elsewhere a receiver would cost every save() for nothing.
+        return
     for model in queue_models():
         if issubclass(model, QueueMixin):
             uid = f"dbqueue-notify-{model._meta.label}"

@@ -249,3 +249,14 @@ def test_a_lease_mode_worker_skips_rows_it_learns_it_lost() -> None:
     assert not ran & set(stolen)  # none of the lost rows ran here
     assert worker.stats.lost == 3
     assert Job.objects.filter(pk__in=stolen, queue_token=12345).count() == 3  # and none was overwritten
+
+
+def test_the_wake_up_receiver_is_connected_only_where_postgresql_is_used() -> None:
+    from django.db import connections
+    from django.db.models.signals import post_save
+
+    from django_dbqueue.wakeup import on_queue_row_saved
+
+    sync_receivers = post_save._live_receivers(Job)[0]
+    postgresql = any(connections[alias].vendor == "postgresql" for alias in connections)
+    assert (on_queue_row_saved in sync_receivers) is postgresql
