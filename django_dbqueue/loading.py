@@ -36,6 +36,8 @@ from django.db.models.signals import post_init, pre_init
 
 Converter = Callable[[Any, Any, Any], Any]
 
+_MISSING = object()
+
 
 @dataclass(frozen=True)
 class RowLayout:
@@ -75,24 +77,25 @@ def converters_for(layout: RowLayout, connection: Any) -> list[tuple[int, list[C
 
 def convert_rows(rows: Sequence[Sequence[Any]], layout: RowLayout, connection: Any) -> list[list[Any]]:
     """The rows as the compiler would hand them to ``from_db``: every converter applied."""
-    plan = converters_for(layout, connection)
     converted = [list(row) for row in rows]
-    for index, converters, expression, cached in plan:
-        seen: dict[Any, Any] = {}
-        for row in converted:
-            raw = row[index]
-            if cached:
-                try:
-                    row[index] = seen[raw]
-                    continue
-                except KeyError:
-                    pass
-            value = raw
-            for converter in converters:
-                value = converter(value, expression, connection)
-            row[index] = value
-            if cached:
-                seen[raw] = value
+    for index, converters, expression, cached in converters_for(layout, connection):
+        if cached:
+            seen: dict[Any, Any] = {}
+            for row in converted:
+                raw = row[index]
+                value = seen.get(raw, _MISSING)
+                if value is _MISSING:
+                    value = raw
+                    for converter in converters:
+                        value = converter(value, expression, connection)
+                    seen[raw] = value
+                row[index] = value
+        else:
+            for row in converted:
+                value = row[index]
+                for converter in converters:
+                    value = converter(value, expression, connection)
+                row[index] = value
     return converted
 
 

@@ -181,10 +181,10 @@ def test_the_statement_selects_like_claim_candidates() -> None:
             plans = []
             for sql, params in ((orm_sql, orm_params), (statement.sql, statement.params)):
                 cursor.execute("EXPLAIN " + sql, params)
-                plans.append([row for row in cursor.fetchall()])
+                names = [c[0] for c in cursor.description]
+                plans.append([dict(zip(names, row, strict=True)) for row in cursor.fetchall()])
         if connection.vendor == "mysql":
-            names = [c[0] for c in cursor.description]
-            orm_plan, our_plan = ([dict(zip(names, r, strict=True)) for r in p] for p in plans)
+            orm_plan, our_plan = plans
             assert [(s["key"], s["type"]) for s in our_plan] == [(s["key"], s["type"]) for s in orm_plan]
             assert our_plan[0]["key"] == Job._meta.indexes[0].name
             assert "filesort" not in (our_plan[0]["Extra"] or "")
@@ -240,3 +240,24 @@ def test_queue_fields_are_all_known() -> None:
     read = set(statement.layout.attnames)
     assert {"queue_state", "queue_priority", "queue_run_at", "queue_attempts", "queue_enqueued_at"} <= read
     assert read.isdisjoint(DEFERRED) and set(QUEUE_FIELDS) - read >= DEFERRED
+
+
+@pytest.mark.skipif("connection.vendor != 'mysql'")
+def test_datetime_text_reads_like_mysqlclient() -> None:
+    """DATETIME text parses to what mysqlclient returns for the column, zero dates included
+    (None), with or without a fraction, as text or bytes."""
+    from MySQLdb.times import DateTime_or_None
+
+    convert = loading._aware_mysql_datetime(UTC)
+    for text in (
+        "2026-11-23 03:08:00.123456",
+        "2026-11-23 03:08:00.000000",
+        "2026-11-23 03:08:00",
+        "0000-00-00 00:00:00.000000",
+        b"2026-11-23 03:08:00.5",
+        None,
+    ):
+        expected = None if text is None else DateTime_or_None(text)
+        assert loading._parse_mysql_datetime(text, None, connection) == expected
+        aware = convert(text, None, connection)
+        assert aware == (None if expected is None else expected.replace(tzinfo=UTC))
