@@ -16,6 +16,7 @@ a claimed row carries the database time of its claim plus a monotonic offset
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import OperationalError, connections, models, transaction
+from django.db import DatabaseError, OperationalError, connections, models, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Cast, Now
 from django.utils import timezone
@@ -300,30 +301,37 @@ class QueueQuerySetMixin:
                 ids = [row[statement.pk_index] for row in raw]
                 cursor.execute(*_claim_update(self.model, using, ids, token, worker_id, locked_until, db_now))
                 updated = cursor.rowcount
+        claim = Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=db_now)
         # Committed: converters (a field's from_db_value) and model construction may be user
         # code, which runs only now.
-        rows = convert_rows(raw, statement.layout, connection)
-        attempts = statement.attempts_index
-        for row in rows:
-            row[attempts] += 1
-        if updated != len(ids):
-            won = self._won(ids, token, using)
-            rows = [row for row in rows if row[statement.pk_index] in won]
-        claim = Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=db_now)
-        return instances(
-            self.model,
-            using,
-            statement.layout.attnames,
-            rows,
-            {
-                "queue_state": QueueState.RUNNING,
-                "queue_token": token,
-                "queue_locked_by": worker_id,
-                "queue_locked_until": locked_until,
-                "queue_last_attempt_at": db_now,
-                "_queue_claim": claim,
-            },
-        )
+        try:
+            rows = convert_rows(raw, statement.layout, connection)
+            attempts = statement.attempts_index
+            for row in rows:
+                row[attempts] += 1
+            if updated != len(ids):
+                won = self._won(ids, token, using)
+                rows = [row for row in rows if row[statement.pk_index] in won]
+            return instances(
+                self.model,
+                using,
+                statement.layout.attnames,
+                rows,
+                {
+                    "queue_state": QueueState.RUNNING,
+                    "queue_token": token,
+                    "queue_locked_by": worker_id,
+                    "queue_locked_until": locked_until,
+                    "queue_last_attempt_at": db_now,
+                    "_queue_claim": claim,
+                },
+            )
+        except BaseException:
+            # Loading failed (e.g. a converter raised): give the rows back unstarted, as the
+            # ORM path leaves them when loading fails inside its transaction.
+            with contextlib.suppress(DatabaseError):
+                self._record_release(ids, claim)
+            raise
 
     def _won(self, ids: Sequence[Any], token: int, using: str) -> set[Any]:
         """Of rows a compare-and-set claim tried to take, those it took (its token)."""

@@ -261,3 +261,24 @@ def test_datetime_text_reads_like_mysqlclient() -> None:
         assert loading._parse_mysql_datetime(text, None, connection) == expected
         aware = convert(text, None, connection)
         assert aware == (None if expected is None else expected.replace(tzinfo=UTC))
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_rows_that_fail_to_load_are_given_back(path: str) -> None:
+    """Loading runs after the claim committed (no user code under the claim's locks); if it
+    raises, the rows are READY again with the attempt not counted, as when the ORM path's
+    transaction rolls back."""
+    jobs = [Job.objects.create(name=str(i)) for i in range(3)]
+
+    def explode(sender, instance, **kwargs) -> None:
+        raise RuntimeError("cannot load this row")
+
+    post_init.connect(explode, sender=Job)
+    try:
+        with pytest.raises(RuntimeError, match="cannot load"):
+            PATHS[path](Job).claim(limit=10)
+    finally:
+        post_init.disconnect(explode, sender=Job)
+    for job in jobs:
+        job.refresh_from_db()
+        assert (job.queue_state, job.queue_attempts, job.queue_token) == (QueueState.READY, 0, None)
