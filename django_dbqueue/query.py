@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.db import DatabaseError, OperationalError, connections, models, transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Cast, Now
+from django.db.models.query import ModelIterable
+from django.db.models.sql import Query
 from django.utils import timezone
 
 from .bulk import insert_rows
@@ -275,10 +277,10 @@ class QueueQuerySetMixin:
         Compared with a new Query's attributes, so anything a QuerySet method changes makes
         it differ (at worst a claim takes the general path, never a wrong statement)."""
         return (
-            self._iterable_class is models.query.ModelIterable
+            self._iterable_class is ModelIterable
             and not self._prefetch_related_lookups
             and not self._known_related_objects
-            and vars(self.query) == vars(models.sql.Query(self.model))
+            and vars(self.query) == vars(Query(self.model))
         )
 
     def _claim_whole_table(
