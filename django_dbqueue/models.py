@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import traceback
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -269,8 +270,10 @@ def successes_written(
     ``job_succeeded`` receivers (once committed); return the rows whose claim was lost."""
     finished_at = finished_at or claim.now()
     lost, won = [], []
+    pk_of = operator.attrgetter(model._meta.pk.attname)  # ``row.pk`` is a property: slower per row
+    token = -claim.token
     for row in rows:
-        if row.pk not in written:
+        if pk_of(row) not in written:
             lost.append(row)
             logger.warning(
                 "late outcome rejected: %s pk=%s succeeded on worker %s, but its lease was lost",
@@ -280,7 +283,7 @@ def successes_written(
             )
             continue
         row.queue_state = QueueState.SUCCEEDED
-        row.queue_token = -claim.token
+        row.queue_token = token
         row.queue_finished_at = finished_at
         row.queue_locked_until = None
         row.queue_last_error = ""

@@ -13,6 +13,7 @@ of the rows it holds and watches for handlers that outlive their ``queue_timeout
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import signal
 import threading
@@ -296,7 +297,7 @@ class Worker:
         claim: Claim = rows[0]._queue_claim
         self.stats.claimed += len(rows)
         signals.job_claimed.send(model, rows=rows, worker_id=self.worker_id)
-        self._keeper.hold(model, claim, [r.pk for r in rows])
+        self._keeper.hold(model, claim, _pks(model, rows))
         started = time.monotonic()
         try:
             if model.queue_atomic:
@@ -310,26 +311,32 @@ class Worker:
 
     def _run_leased(self, model: type[QueueMixin], rows: list[QueueMixin], claim: Claim) -> None:
         """At-least-once: handler first, outcome after; successes are written in batches."""
+        # This loop runs once per job: what does not change within a batch is looked up once.
         done: list[QueueMixin] = []
-        last_flush = time.monotonic()
-        flush_interval = settings.FLUSH_INTERVAL  # read once: a settings lookup per job shows in profiles
+        flush_interval = settings.FLUSH_INTERVAL
+        stopping = self._stopping.is_set
+        lost = self._keeper.lost_ids(claim)
+        pk_of = operator.attrgetter(model._meta.pk.attname)
+        call = self._call
+        monotonic = time.monotonic
+        last_flush = monotonic()
         for index, row in enumerate(rows):
-            if self.stopping or self._fatal is not None:
+            if stopping() or self._fatal is not None:
                 self._release(model, rows[index:], claim)
                 break
-            if self._keeper.is_lost(claim, row.pk):
+            if lost and pk_of(row) in lost:
                 # Its lease ran out while we were held up (a stall, a frozen process) and
                 # another worker has it now: running it here would only be a duplicate.
                 self._lost(row, claim)
                 continue
-            error = self._call(row, claim)
+            error = call(row, claim)
             if error is None:
                 done.append(row)
             else:
                 self._fail(row, error, claim)
-            if time.monotonic() - last_flush >= flush_interval:
+            if monotonic() - last_flush >= flush_interval:
                 self._flush(model, done, claim)
-                done, last_flush = [], time.monotonic()
+                done, last_flush = [], monotonic()
         self._flush(model, done, claim)
 
     def _run_atomic(self, model: type[QueueMixin], rows: list[QueueMixin], claim: Claim) -> None:
@@ -475,9 +482,19 @@ class Worker:
     def _call(self, row: QueueMixin, claim: Claim) -> BaseException | None:
         """Run one handler; return what it raised (None on success)."""
         timeout = type(row).queue_timeout
+        if not timeout:
+            # No deadline to enforce: nothing for the alarm or the keeper's watchdog to see.
+            try:
+                row.process()
+                return None
+            except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
+                return exc
+            except BaseException as exc:  # noqa: BLE001 - as below: a failed attempt, then stop
+                self._fatal = exc
+                return exc
         running = _Running(type(row), row.pk, claim.token, timeout, time.monotonic())
         self._current = running
-        use_alarm = bool(timeout) and self._alarm_installed
+        use_alarm = self._alarm_installed
         try:
             if use_alarm:
                 signal.setitimer(signal.ITIMER_REAL, float(timeout))
@@ -502,7 +519,7 @@ class Worker:
         if not done:
             return
         lost = record_successes(model, done, claim)
-        self._keeper.forget(claim, [r.pk for r in done])
+        self._keeper.forget(claim, _pks(model, done))
         self.stats.succeeded += len(done) - len(lost)
         self.stats.lost += len(lost)
 
@@ -608,6 +625,7 @@ class _LeaseKeeper:
     def hold(self, model: type[QueueMixin], claim: Claim, ids: list[Any]) -> None:
         with self._lock:
             self._held[claim.token] = (model, claim, set(ids))
+            self._lost[claim.token] = set()
 
     def forget(self, claim: Claim, ids: list[Any]) -> None:
         with self._lock:
@@ -624,14 +642,19 @@ class _LeaseKeeper:
         """Rows of this claim that were rescued and taken by someone else."""
         if ids:
             with self._lock:
-                self._lost.setdefault(claim.token, set()).update(ids)
+                lost = self._lost.get(claim.token)
+                if lost is not None:
+                    lost.update(ids)
                 entry = self._held.get(claim.token)
                 if entry:
                     entry[2].difference_update(ids)
 
-    def is_lost(self, claim: Claim, pk: Any) -> bool:
+    def lost_ids(self, claim: Claim) -> set[Any]:
+        """The ids of this held claim found lost so far: a set this thread fills as it finds
+        more, so the worker reads it once per batch and tests it once per job without the
+        lock (a set's membership test and its update are each atomic)."""
         with self._lock:
-            return pk in self._lost.get(claim.token, ())
+            return self._lost.setdefault(claim.token, set())
 
     def _run(self) -> None:
         next_renewal: dict[int, float] = {}
@@ -697,6 +720,11 @@ class _LeaseKeeper:
         )
         if self.worker.on_hard_timeout is not None:
             self.worker.on_hard_timeout(running.model, running.pk, running.token, running.timeout)
+
+
+def _pks(model: type[QueueMixin], rows: Sequence[QueueMixin]) -> list[Any]:
+    # The attribute itself: ``row.pk`` is a property that looks the name up for every row.
+    return list(map(operator.attrgetter(model._meta.pk.attname), rows))
 
 
 def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None) -> None:
