@@ -174,7 +174,7 @@ def copy_attempts_sql(
 
 @functools.lru_cache(maxsize=512)
 def copy_attempts_statement(
-    using: str, model: type[QueueMixin], id_count: int, fenced: bool, outcome: str | None = None
+    using: str, model: type[QueueMixin], id_count: int | str, fenced: bool, outcome: str | None = None
 ) -> str:
     """The SQL of :func:`copy_attempts_sql`, cached: atomic mode sends it once per job, and
     building it cost more than sending it. With ``outcome`` (one of AttemptOutcome's values),
@@ -202,7 +202,8 @@ def copy_attempts_statement(
         )
     )
     columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
-    placeholders = ", ".join(["%s"] * id_count)
+    # id_count placeholders, or a stand-in the caller replaces with integer ids.
+    placeholders = id_count if isinstance(id_count, str) else ", ".join(["%s"] * id_count)
     sql = (
         f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) "
         f"SELECT {selected} FROM {quote(meta.db_table)} WHERE {pk} IN ({placeholders})"

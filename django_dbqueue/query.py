@@ -638,15 +638,24 @@ class QueueQuerySetMixin:
             return None
         finished_at = claim.now()
         finished = connection.ops.adapt_datetimefield_value(finished_at)
-        prepare_pk = self.model._meta.pk.get_db_prep_value
-        keys = [prepare_pk(pk, connection) for pk in ids]
-        # Fixed values are in the SQL text: each parameter costs the driver a Python call.
+        # Fixed values are in the SQL text, and so are integer ids (digits only): the driver
+        # escapes each parameter with a Python call, a hundred ids per batch in lease mode.
+        locks = lock_next is not None
+        keys: list[Any] = []
+        next_key: list[Any] = []
+        if all(type(pk) is int for pk in ids) and type(lock_next) in (int, type(None)):
+            sql = _success_block_sql(self.db, self.model, IDS, history, commit, locks)
+            sql = sql.replace(IDS, ", ".join(map(str, ids))).replace(NEXT_ID, str(lock_next))
+        else:
+            prepare_pk = self.model._meta.pk.get_db_prep_value
+            keys = [prepare_pk(pk, connection) for pk in ids]
+            next_key = [prepare_pk(lock_next, connection)] if locks else []
+            sql = _success_block_sql(self.db, self.model, len(ids), history, commit, locks)
         params = [finished, *keys, claim.token]
         if history:
             params += [self.model._meta.label, claim.worker_id, *keys, -claim.token, finished]
-        if lock_next is not None:
-            params += [prepare_pk(lock_next, connection), claim.token]
-        sql = _success_block_sql(self.db, self.model, len(ids), history, commit, lock_next is not None)
+        if locks:
+            params += [*next_key, claim.token]
         return sql, params, finished_at, 2 if history else 1
 
     def _record_successes_in_one_statement(
@@ -790,20 +799,27 @@ class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore
     pass
 
 
+#: Stand-ins for lists of integer ids in cached SQL text, replaced before it is sent.
+IDS = "/*dbqueue ids*/"
+NEXT_ID = "/*dbqueue next id*/"
+
+
+def _in_list(id_count: int | str) -> str:
+    """The inside of ``IN (…)``: ``id_count`` placeholders, or a stand-in (IDS, NEXT_ID)."""
+    return id_count if isinstance(id_count, str) else ", ".join(["%s"] * id_count)
+
+
 @functools.lru_cache(maxsize=512)
 def _fenced_sql(
-    verb: str, using: str, model: type[QueueMixin], columns: tuple[str, ...], id_count: int
+    verb: str, using: str, model: type[QueueMixin], columns: tuple[str, ...], id_count: int | str
 ) -> str:
     """``UPDATE t SET columns… WHERE <fence>``, ``SELECT pk FROM t WHERE <fence>``, the no-op
     ``UPDATE`` that locks (verb ``LOCK``) or the success (verb ``SUCCEED``), the fence being
-    ``pk IN (id_count placeholders) AND queue_token = %s``."""
+    ``pk IN (id_count placeholders, or a stand-in) AND queue_token = %s``."""
     quote = connections[using].ops.quote_name
     meta = model._meta
     pk = quote(meta.pk.column)
-    fence = (
-        f"WHERE {pk} IN ({', '.join(['%s'] * id_count)}) "
-        f"AND {quote(meta.get_field('queue_token').column)} = %s"
-    )
+    fence = f"WHERE {pk} IN ({_in_list(id_count)}) AND {quote(meta.get_field('queue_token').column)} = %s"
     if verb == "SELECT":
         return f"SELECT {pk} FROM {quote(meta.db_table)} {fence}"
     token = quote(meta.get_field("queue_token").column)
@@ -831,9 +847,10 @@ SUCCESS_COLUMNS = (
 
 @functools.lru_cache(maxsize=512)
 def _success_block_sql(
-    using: str, model: type[QueueMixin], id_count: int, history: bool, commit: bool, lock_next: bool
+    using: str, model: type[QueueMixin], id_count: int | str, history: bool, commit: bool, lock_next: bool
 ) -> str:
-    """The SQL of ``QueueQuerySetMixin._success_block`` (MariaDB)."""
+    """The SQL of ``QueueQuerySetMixin._success_block`` (MariaDB). With ``id_count`` = IDS, the
+    ids and the next row's id are the stand-ins IDS and NEXT_ID."""
     statements = [_fenced_sql("SUCCEED", using, model, (), id_count)]
     if history:
         statements.append(
@@ -846,7 +863,7 @@ def _success_block_sql(
         # transaction before it is committed. It counts 0; the next job locks for itself.
         statements.append(
             "BEGIN DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; "
-            f"{_fenced_sql('LOCK', using, model, (), 1)}; END"
+            f"{_fenced_sql('LOCK', using, model, (), NEXT_ID if id_count == IDS else 1)}; END"
         )
     return f"BEGIN NOT ATOMIC {'; '.join(statements)}; END"
 

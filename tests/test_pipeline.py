@@ -13,9 +13,10 @@ from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue.history import QueueAttempt
 from django_dbqueue.pipeline import CommitCarrier
+from django_dbqueue.query import IDS
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
-from tests.testapp.models import HANDLER_HOOKS, AtomicJob, HostileAtomicJob, Ledger
+from tests.testapp.models import HANDLER_HOOKS, AtomicJob, HostileAtomicJob, Job, Ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -186,3 +187,22 @@ def test_a_handler_that_marks_its_transaction_for_rollback_fails_its_attempt() -
 def test_a_carrier_only_works_over_deferred_autocommit(mariadb) -> None:
     with pytest.raises(RuntimeError, match="deferred_autocommit"), CommitCarrier("default").active():
         pass
+
+
+def test_success_blocks_write_integer_ids_into_the_text_and_pass_others_as_parameters(mariadb) -> None:
+    make(Job, {"name": "int"}, {"name": "str"})
+    qs = Job.queue_queryset("default")
+    first, second = qs.claim(2)
+    claim = first._queue_claim
+    by_int = qs._success_block([first.pk], claim)
+    by_str = qs._success_block([str(second.pk)], claim)
+    assert by_int is not None and by_str is not None
+    assert f"IN ({first.pk})" in by_int[0] and first.pk not in by_int[1] and IDS not in by_int[0]
+    assert "IN (%s)" in by_str[0] and second.pk in by_str[1]
+    for sql, params, _, per_row in (by_int, by_str):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            assert cursor.rowcount == per_row  # the row written, and its history copied
+    assert set(Job.objects.values_list("queue_state", flat=True)) == {QueueState.SUCCEEDED}
+    copied = QueueAttempt.objects.filter(model=Job._meta.label, outcome="succeeded")
+    assert sorted(copied.values_list("object_id", flat=True)) == sorted([str(first.pk), str(second.pk)])
