@@ -122,3 +122,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30, interval: flo
             return True
         time.sleep(interval)
     return predicate()
+
+
+def ledger_runs(model) -> dict[int, int]:
+    """How many times each job of ``model`` wrote its Ledger row (committed), by job id."""
+    from django.db.models import Count
+
+    from tests.testapp.models import Ledger
+
+    return dict(
+        Ledger.objects.filter(kind=model.__name__)
+        .values("job_id")
+        .annotate(n=Count("id"))
+        .values_list("job_id", "n")
+    )

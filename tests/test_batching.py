@@ -39,22 +39,28 @@ def test_the_average_moves_towards_new_batches_without_jumping(settings) -> None
     assert sizer.size(Job, default=10) == 3
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_worker_claims_more_fast_atomic_jobs_after_its_first_batch(settings) -> None:
-    settings.DBQUEUE_BATCH_SECONDS = 60.0  # any job measured here fits many times over
-    settings.DBQUEUE_BATCH_SIZE = 40
-    AtomicJob.objects.bulk_create([AtomicJob(name=str(i)) for i in range(120)])
+def drain_claim_sizes(model) -> tuple[int, list[int]]:
+    """Drain ``model`` with a default Worker: the jobs that succeeded, and each claim's size."""
     sizes: list[int] = []
 
     def claimed(sender, rows, **kwargs) -> None:
         sizes.append(len(rows))
 
-    signals.job_claimed.connect(claimed, sender=AtomicJob)
+    signals.job_claimed.connect(claimed, sender=model)
     try:
-        stats = Worker(models=[AtomicJob], burst=True, handle_signals=False).run()
+        stats = Worker(models=[model], burst=True, handle_signals=False).run()
     finally:
-        signals.job_claimed.disconnect(claimed, sender=AtomicJob)
-    assert stats.succeeded == 120
+        signals.job_claimed.disconnect(claimed, sender=model)
+    return stats.succeeded, sizes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_claims_more_fast_atomic_jobs_after_its_first_batch(settings) -> None:
+    settings.DBQUEUE_BATCH_SECONDS = 60.0  # any job measured here fits many times over
+    settings.DBQUEUE_BATCH_SIZE = 40
+    AtomicJob.objects.bulk_create([AtomicJob(name=str(i)) for i in range(120)])
+    succeeded, sizes = drain_claim_sizes(AtomicJob)
+    assert succeeded == 120
     assert sizes[:4] == [10, 40, 40, 30]
 
 
@@ -63,17 +69,8 @@ def test_a_worker_claims_slow_jobs_one_at_a_time_after_its_first_batch(settings)
     settings.DBQUEUE_BATCH_SECONDS = 0.01  # less than one job's 50 ms
     settings.DBQUEUE_BATCH_SIZE = 4
     Job.objects.bulk_create([Job(name=str(i), sleep=0.05) for i in range(7)])
-    sizes: list[int] = []
-
-    def claimed(sender, rows, **kwargs) -> None:
-        sizes.append(len(rows))
-
-    signals.job_claimed.connect(claimed, sender=Job)
-    try:
-        stats = Worker(models=[Job], burst=True, handle_signals=False).run()
-    finally:
-        signals.job_claimed.disconnect(claimed, sender=Job)
-    assert stats.succeeded == 7
+    succeeded, sizes = drain_claim_sizes(Job)
+    assert succeeded == 7
     assert sizes == [4, 1, 1, 1]  # the default until a batch was timed, then one at a time
 
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 from django.db import connection, connections, transaction
-from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue.history import QueueAttempt
@@ -16,7 +15,8 @@ from django_dbqueue.pipeline import CommitCarrier
 from django_dbqueue.query import IDS
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
-from tests.testapp.models import HANDLER_HOOKS, AtomicJob, HostileAtomicJob, Job, Ledger
+from tests.conftest import ledger_runs as ledger
+from tests.testapp.models import HANDLER_HOOKS, AtomicJob, HostileAtomicJob, Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,15 +42,6 @@ def drain(model, **kwargs) -> tuple:
     with CaptureQueriesContext(connection) as queries:
         stats = worker.run()
     return stats, [q["sql"] for q in queries.captured_queries]
-
-
-def ledger(model) -> dict[int, int]:
-    return dict(
-        Ledger.objects.filter(kind=model.__name__)
-        .values("job_id")
-        .annotate(n=Count("id"))
-        .values_list("job_id", "n")
-    )
 
 
 def own_locks(statements: list[str]) -> int:

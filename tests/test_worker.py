@@ -11,6 +11,7 @@ from django.db.models import Count
 from django_dbqueue import signals
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
+from tests.conftest import ledger_runs as runs
 from tests.conftest import wait_until
 from tests.testapp.models import AtomicJob, GroupedAtomicJob, Job, Ledger, TimeoutJob
 
@@ -29,15 +30,6 @@ def drain_until_settled(model, rounds: int = 40):
             return
         time.sleep(0.1)
     raise AssertionError("queue did not settle")
-
-
-def runs(model) -> dict[int, int]:
-    return dict(
-        Ledger.objects.filter(kind=model.__name__)
-        .values("job_id")
-        .annotate(n=Count("id"))
-        .values_list("job_id", "n")
-    )
 
 
 def test_burst_drains_everything_once() -> None:
