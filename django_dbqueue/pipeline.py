@@ -68,7 +68,6 @@ class CommitCarrier:
     """Lets the next commit of one connection carry a block of statements (MariaDB only)."""
 
     def __init__(self, using: str) -> None:
-        self.using = using
         self.connection = connections[using]
         self._pending: CarriedCommit | None = None
         # What the last block locked for the next job, and the state of the session then.

@@ -590,12 +590,12 @@ class QueueQuerySetMixin:
 
     def _record_successes_once(self, rows: Sequence[QueueMixin], claim: Claim) -> set[Any]:
         ids = [row.pk for row in rows]
-        values = self._success_values(claim)
-        finished_at = values["queue_finished_at"]
         with transaction.atomic(using=self.db, savepoint=False):
-            written = self._record_successes_in_one_statement(ids, claim, values)
+            written = self._record_successes_in_one_statement(ids, claim)
             if written is not None:
                 return written
+            values = self._success_values(claim)
+            finished_at = values["queue_finished_at"]
             updated = self._update_fenced(ids, claim.token, values)
             written = set(ids) if updated == len(ids) else self._written(ids, claim, finished_at)
             if can_copy_attempts(self.model):
@@ -638,14 +638,15 @@ class QueueQuerySetMixin:
             return None
         finished_at = claim.now()
         finished = connection.ops.adapt_datetimefield_value(finished_at)
-        # Fixed values are in the SQL text, and so are integer ids (digits only): the driver
-        # escapes each parameter with a Python call, a hundred ids per batch in lease mode.
+        # Fixed values are in the SQL text, and so are integer ids (integer_ids()).
         locks = lock_next is not None
         keys: list[Any] = []
         next_key: list[Any] = []
-        if all(type(pk) is int for pk in ids) and type(lock_next) in (int, type(None)):
+        digits = integer_ids(ids)
+        next_digits = integer_ids([lock_next]) if locks else ""
+        if digits is not None and next_digits is not None:
             sql = _success_block_sql(self.db, self.model, IDS, history, commit, locks)
-            sql = sql.replace(IDS, ", ".join(map(str, ids))).replace(NEXT_ID, str(lock_next))
+            sql = sql.replace(IDS, digits).replace(NEXT_ID, next_digits)
         else:
             prepare_pk = self.model._meta.pk.get_db_prep_value
             keys = [prepare_pk(pk, connection) for pk in ids]
@@ -658,9 +659,7 @@ class QueueQuerySetMixin:
             params += [*next_key, claim.token]
         return sql, params, finished_at, 2 if history else 1
 
-    def _record_successes_in_one_statement(
-        self, ids: Sequence[Any], claim: Claim, values: dict[str, Any]
-    ) -> set[Any] | None:
+    def _record_successes_in_one_statement(self, ids: Sequence[Any], claim: Claim) -> set[Any] | None:
         """On MariaDB with the history on, the outcome UPDATE and the history's INSERT …
         SELECT in one round trip. None where that does not apply (the caller writes both)."""
         if not history_enabled(self.model):
@@ -797,6 +796,15 @@ class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):
 
 class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore[misc]
     pass
+
+
+def integer_ids(ids: Sequence[Any]) -> str | None:
+    """``ids`` as the inside of ``IN (…)`` when all are integers (digits only: nothing to
+    escape), else None and they go as parameters. A claim or a success of a batch names a
+    hundred ids, each a Python call for the driver to escape."""
+    if all(type(pk) is int for pk in ids):
+        return ", ".join(map(str, ids))
+    return None
 
 
 #: Stand-ins for lists of integer ids in cached SQL text, replaced before it is sent.
@@ -958,11 +966,8 @@ def _claim_update(
         ("queue_last_attempt_at", db_now),
     )
     params = [meta.get_field(name).get_db_prep_save(value, connection) for name, value in values]
-    if all(type(pk) is int for pk in ids):
-        # Integers written into the statement: digits only, and a hundred fewer parameters
-        # for the driver to escape one by one.
-        in_list = ", ".join(map(str, ids))
-    else:
+    in_list = integer_ids(ids)
+    if in_list is None:
         in_list = ", ".join(["%s"] * len(ids))
         params.extend(ids)
     if compare_and_set:

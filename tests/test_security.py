@@ -56,8 +56,8 @@ REVIEWED = {
         "runs _fenced_sql(): identifiers through quote_name, one %s per id and per column value"
     ),
     ("django_dbqueue/query.py", "_record_successes_in_one_statement"): (
-        "a BEGIN NOT ATOMIC block around _fenced_update_sql() and copy_attempts_sql(), both reviewed; "
-        "their parameters go separately"
+        "runs _success_block(): identifiers through quote_name, code constants (the state, the "
+        "outcome) and integer ids as digits (integer_ids()); every other value a parameter"
     ),
     ("django_dbqueue/query.py", "_lock_held"): (
         "runs _fenced_sql() plus connection.ops.for_update_sql(); the ids and token are parameters"
