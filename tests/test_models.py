@@ -7,7 +7,7 @@ from django.core import checks
 from django.db import models
 from django.test.utils import isolate_apps
 
-from django_dbqueue.checks import _check_model, check_queue_models
+from django_dbqueue.checks import _check_model, check_queue_models, check_settings
 from django_dbqueue.models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin
 from django_dbqueue.states import QueueState
 from tests.testapp.models import Job, Ticket
@@ -104,3 +104,17 @@ def test_state_sets() -> None:
     assert not ACTIVE_STATES & TERMINAL_STATES
     assert ACTIVE_STATES | TERMINAL_STATES | {QueueState.IDLE} == set(QueueState)
     assert Job.queue_retry.max_attempts == 3
+
+
+@pytest.mark.parametrize(
+    "value", ["0.1", 0, -5, True, None], ids=["text", "zero", "negative", "bool", "none"]
+)
+def test_check_catches_a_numeric_setting_that_is_not_a_positive_number(settings, value) -> None:
+    settings.DBQUEUE_BATCH_SECONDS = value
+    errors = check_settings()
+    assert [e.id for e in errors] == ["django_dbqueue.E006"]
+    assert "DBQUEUE_BATCH_SECONDS" in errors[0].msg
+
+
+def test_default_settings_pass_the_settings_check() -> None:
+    assert check_settings() == []
