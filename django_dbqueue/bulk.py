@@ -26,21 +26,18 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connections, models, transaction
 
-from .insert import NOTHING, BinaryValue, InsertPlan, insert_plan, kept_key, sql_literal
-
-Row = models.Model | Mapping[str, Any]
-
-#: pre_save() methods that return the row's value (or, with auto_now, the time): a mapping
-#: row can stand in for an instance with them.
-PLAIN_PRE_SAVES = frozenset(
-    {
-        models.Field.pre_save,
-        models.DateField.pre_save,
-        models.DateTimeField.pre_save,
-        models.TimeField.pre_save,
-    }
+from .insert import (
+    NOTHING,
+    PLAIN_PRE_SAVES,
+    BinaryValue,
+    InsertPlan,
+    insert_plan,
+    kept_key,
+    own_pre_save,
+    sql_literal,
 )
 
+Row = models.Model | Mapping[str, Any]
 
 class ByOrm(Exception):
     """A row the plan does not cover: the whole call takes the ORM's path."""
@@ -109,11 +106,12 @@ class Batch:
         self.keeps = plan.keeps
         self.fixed = {self.index_of(name, None): value for name, value in fixed.items()}
         self.template: list[Any] | None = None
-        self.template_out: Any = None
         # Unique fields with a callable default need a value per row, even in an empty row.
         self.per_row_defaults = any(f.unique and f.has_default() and callable(f.default) for f in fields)
         self.slots: dict[frozenset[str], list[tuple[int, str | None]]] = {}
-        self.out: list[Any] = []
+        self.out: list[list[Any]] = []  # each row's cells, all columns
+        # The plan's columns that may be left out when NULL (plan.nullable) some row fills.
+        self.filled: set[int] = set()
         model = self.model
         for number, row in enumerate(rows):
             if type(row) is dict:  # before isinstance(Mapping): an ABC check per row is slow
@@ -171,14 +169,15 @@ class Batch:
             setattr(row, self.plan.fields[index].attname, value)
         cell = self.cell
         cells = [cell(number, i, field.pre_save(row, True)) for i, field in enumerate(self.plan.fields)]
-        self.out.append(self.row_text(cells) if self.literal else cells)
+        self.note_filled(cells, self.plan.nullable)
+        self.out.append(cells)
 
     def add_mapping(self, number: int, row: Mapping[str, Any]) -> None:
         if self.template is None:
             self.template = self.common_cells()
-            self.template_out = self.row_text(self.template) if self.literal else self.template
+            self.note_filled(self.template, self.plan.nullable)
         if not row and not self.per_row_defaults:
-            self.out.append(self.template_out)  # every cell common to the call
+            self.out.append(self.template)  # every cell common to the call
             return
         keys = frozenset(row)
         slots = self.slots.get(keys)
@@ -195,7 +194,16 @@ class Batch:
                 if key == field.name and field.is_relation and isinstance(value, models.Model):
                     value = related_key(field, value, number)
             cells[index] = self.cell(number, index, value)
-        self.out.append(self.row_text(cells) if self.literal else cells)
+        self.note_filled(cells, [index for index, _ in slots])
+        self.out.append(cells)
+
+    def note_filled(self, cells: list[Any], columns: Sequence[int]) -> None:
+        """Note which of the leave-out-able ``columns`` hold a value in this row."""
+        nullable = self.plan.nullable
+        for index in columns:
+            cell = cells[index]
+            if index in nullable and (cell != "NULL" if self.literal else cell is not None):
+                self.filled.add(index)
 
     def common_cells(self) -> list[Any]:
         """The cells of a row given as an empty mapping: the defaults, called once."""
@@ -223,32 +231,33 @@ class Batch:
                 slots[index] = None
         return sorted(slots.items())
 
-    def row_text(self, cells: list[str]) -> str:
-        return "(" + ", ".join(cells) + ")"
-
     def send(self, batch_size: int) -> None:
-        plan, connection, out = self.plan, self.connection, self.out
-        size = max(min(batch_size, connection.ops.bulk_batch_size(list(plan.fields), out) or batch_size), 1)
+        plan, connection = self.plan, self.connection
+        # The columns no row fills are left out of every statement (they are NULL).
+        shape = plan.shape(tuple(index for index in plan.nullable if index not in self.filled))
+        fields = [plan.fields[index] for index in shape.kept]
+        size = max(min(batch_size, connection.ops.bulk_batch_size(fields, self.out) or batch_size), 1)
+        if self.literal:
+            template = self.template
+            common = None if template is None else "(" + ", ".join(shape.pick(template)) + ")"
+            rows: list[Any] = [
+                common if cells is template else "(" + ", ".join(shape.pick(cells)) + ")"
+                for cells in self.out
+            ]
+        else:
+            rows = [shape.pick(cells) for cells in self.out]
         with connection.cursor() as cursor:
-            for start in range(0, len(out), size):
-                chunk = out[start : start + size]
+            for start in range(0, len(rows), size):
+                chunk = rows[start : start + size]
                 if self.literal:
                     # Every cell is the driver's literal() of a prepared value: mysqlclient
                     # would build the very same text from parameters (see insert.py).
-                    cursor.execute(plan.head + ", ".join(chunk))
+                    cursor.execute(shape.head + ", ".join(chunk))
                 else:
                     cursor.execute(
-                        plan.head + ", ".join([plan.marks] * len(chunk)),
+                        shape.head + ", ".join([shape.marks] * len(chunk)),
                         [param for row in chunk for param in row],
                     )
-
-
-def own_pre_save(field: Any) -> bool:
-    """Django's date fields with ``auto_now``/``auto_now_add``: pre_save() sets the value,
-    whatever the row says (as the ORM does); it is read once per call from the template."""
-    return isinstance(field, (models.DateField, models.TimeField)) and bool(
-        getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
-    )
 
 
 def related_key(field: Any, value: models.Model, number: int) -> Any:

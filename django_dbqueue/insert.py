@@ -17,14 +17,23 @@ and kept. On MySQL/MariaDB, mysqlclient interpolates parameters on the client an
 is the same under every ``sql_mode`` and character set (numbers, NULL, strings the driver
 did not have to escape), so a kept literal never depends on the connection that made it.
 
+The queue's own nullable columns (the lease, the token, the finishing time…) are NULL in a
+new row; a column left out of an INSERT is NULL too, so a statement names only the columns
+that hold a value (:meth:`InsertPlan.shape`): the server then parses six values per queue row
+instead of eleven, which measured ~25% more rows per second for multi-row INSERTs here.
+Only those columns are left out: they have no database default (the plan takes no model with
+``db_default``), whereas a domain table's column might have one that Django does not know.
+
 Anything unusual (see :func:`insert_plan`) takes Django's path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -39,25 +48,56 @@ KEPT_MAX_LENGTH = 200
 #: Matches no value by identity.
 NOTHING = object()
 
+#: pre_save() methods that return the row's value (or, with auto_now, the time): a mapping
+#: row can stand in for an instance with them, and a new instance's value is its attribute.
+PLAIN_PRE_SAVES = frozenset(
+    {
+        models.Field.pre_save,
+        models.DateField.pre_save,
+        models.DateTimeField.pre_save,
+        models.TimeField.pre_save,
+    }
+)
+
 
 class BinaryValue(Exception):
     """A value whose literal is bytes, not text: that statement goes with parameters."""
 
 
+class Shape:
+    """The columns one INSERT names: ``kept`` (indices into the plan's fields) and its SQL."""
+
+    def __init__(self, plan: InsertPlan, kept: tuple[int, ...]) -> None:
+        self.kept = kept
+        self.all = len(kept) == len(plan.fields)
+        columns = ", ".join(plan.quoted[index] for index in kept)
+        self.head = f"{plan.statement} ({columns}) VALUES "
+        self.marks = "(" + ", ".join(["%s"] * len(kept)) + ")"
+        self.sql = self.head + self.marks + plan.returning
+
+    def pick(self, cells: Sequence[Any]) -> Sequence[Any]:
+        """A row's cells of the columns this statement names."""
+        return cells if self.all else [cells[index] for index in self.kept]
+
+
 class InsertPlan:
     """The INSERT of one model's new rows on one database (see the module docstring)."""
 
-    def __init__(self, model: type[models.Model], connection: BaseDatabaseWrapper, fields: list[Any]) -> None:
+    def __init__(
+        self,
+        model: type[models.Model],
+        connection: BaseDatabaseWrapper,
+        fields: list[Any],
+        null_by_default: frozenset[str] = frozenset(),
+    ) -> None:
         meta = model._meta
         qn = connection.ops.quote_name
         self.model = model
         self.fields = tuple(fields)
         self.attnames = frozenset(field.attname for field in fields)
         self.literal = connection.vendor == "mysql"  # the statement goes as text (see above)
-        columns = ", ".join(qn(field.column) for field in fields)
-        statement = connection.ops.insert_statement(on_conflict=None)
-        self.head = f"{statement} {qn(meta.db_table)} ({columns}) VALUES "
-        self.marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        self.quoted = tuple(qn(field.column) for field in fields)
+        self.statement = f"{connection.ops.insert_statement(on_conflict=None)} {qn(meta.db_table)}"
         # PostgreSQL has no lastrowid: the new key comes back by RETURNING, as Django's
         # compiler asks for it; MySQL/MariaDB and SQLite give it with the statement's result.
         self.returning = ""
@@ -65,7 +105,23 @@ class InsertPlan:
         if connection.vendor == "postgresql":
             returning, self.returning_params = connection.ops.returning_columns([meta.pk])
             self.returning = " " + returning
-        self.sql = self.head + self.marks + self.returning
+        # Only Django's own fields prepare a value from the value alone; a custom field may
+        # not (a random salt, a counter), so its values are prepared every time.
+        self.keeps = tuple(type(field).__module__.startswith("django.db.models.fields") for field in fields)
+        # Columns left out of a statement when the row's value is None (see the module
+        # docstring); None is NULL for Django's own fields.
+        self.nullable = tuple(
+            index
+            for index, field in enumerate(fields)
+            if field.name in null_by_default and field.null and self.keeps[index]
+        )
+        self._shapes: dict[tuple[int, ...], Shape] = {}
+        self.full = self.shape(())
+        # How insert_one() reads each value: the attribute itself where pre_save() returns it.
+        self.reads = tuple(
+            (field, field.attname, type(field).pre_save in PLAIN_PRE_SAVES and not own_pre_save(field))
+            for field in fields
+        )
         pk_col = meta.pk.get_col(meta.db_table)
         self.pk_attname = meta.pk.attname
         self.pk_column = meta.pk.column
@@ -75,15 +131,28 @@ class InsertPlan:
             *pk_col.get_db_converters(connection),
         ]
         self.pk_col = pk_col
-        # Only Django's own fields prepare a value from the value alone; a custom field may
-        # not (a random salt, a counter), so its values are prepared every time.
-        self.keeps = tuple(type(field).__module__.startswith("django.db.models.fields") for field in fields)
+        # An aware UTC time on a UTC connection has a literal of its own (see cell()).
+        self.utc_text = self.literal and settings.USE_TZ and connection.timezone_name == "UTC"
         self.kept: tuple[dict[tuple[type, Any], Any], ...] = tuple({} for _ in fields)
         self.last: list[tuple[Any, Any]] = [(NOTHING, None)] * len(fields)
+
+    def shape(self, left_out: tuple[int, ...]) -> Shape:
+        """The statement without the columns ``left_out`` (indices of ``nullable``)."""
+        try:
+            return self._shapes[left_out]
+        except KeyError:
+            kept = tuple(index for index in range(len(self.fields)) if index not in left_out)
+            shape = self._shapes[left_out] = Shape(self, kept)
+            return shape
 
     def cell(self, index: int, value: Any, connection: BaseDatabaseWrapper) -> Any:
         """``value`` of column ``index`` as it goes into the statement: the prepared
         parameter, or on MySQL/MariaDB its literal."""
+        if type(value) is datetime.datetime and value.tzinfo is datetime.UTC and self.utc_text:
+            if type(self.fields[index]) is models.DateTimeField:
+                # What DateTimeField and MySQL's adapt_datetimefield_value() make of an aware
+                # UTC time on a UTC connection, then literal(): the naive time's str(), quoted.
+                return f"'{value.replace(tzinfo=None)}'"
         key = kept_key(value) if self.keeps[index] else None
         if key is not None:
             try:
@@ -104,47 +173,60 @@ class InsertPlan:
             self.last[index] = (value, cell)
         return cell
 
-    def cells(self, values: list[Any], connection: BaseDatabaseWrapper) -> list[Any] | None:
-        """A row's cells, or None on MySQL/MariaDB when a value's literal is bytes."""
+    def cells(
+        self, values: Sequence[Any], connection: BaseDatabaseWrapper, columns: Sequence[int]
+    ) -> list[Any] | None:
+        """A row's cells (``values`` of the fields at ``columns``), or None on MySQL/MariaDB
+        when a value's literal is bytes."""
         out = []
         append = out.append
         last = self.last
         try:
-            for index, value in enumerate(values):
+            for index, value in zip(columns, values, strict=True):
                 known, cell = last[index]
                 append(cell if value is known else self.cell(index, value, connection))
         except BinaryValue:
             return None
         return out
 
-    def params(self, values: list[Any], connection: BaseDatabaseWrapper) -> list[Any]:
+    def params(
+        self, values: Sequence[Any], connection: BaseDatabaseWrapper, columns: Sequence[int]
+    ) -> list[Any]:
         """A row's parameters, each prepared by its field (nothing kept)."""
         return [
-            field.get_db_prep_save(value, connection)
-            for field, value in zip(self.fields, values, strict=True)
+            self.fields[index].get_db_prep_save(value, connection)
+            for index, value in zip(columns, values, strict=True)
         ]
 
     def insert_one(self, obj: models.Model, connection: BaseDatabaseWrapper) -> bool:
         """INSERT ``obj`` as a new row and set its primary key. False (nothing sent) when a
         value is an expression: Django's path compiles those."""
         values = []
-        for field in self.fields:
-            value = field.pre_save(obj, True)
+        row = obj.__dict__
+        for field, attname, plain in self.reads:
+            # A plain pre_save() returns the attribute, which a new row holds in __dict__.
+            value = row[attname] if plain else field.pre_save(obj, True)
             if hasattr(value, "resolve_expression"):
                 return False
             values.append(value)
-        with connection.cursor() as cursor:  # connects first: literal() needs the connection
-            cells = self.cells(values, connection)
-            if self.literal and cells is not None:
-                # Every cell is the driver's literal() of a prepared value (see the module
-                # docstring): mysqlclient would build the very same text from parameters.
-                cursor.execute(self.head + "(" + ", ".join(cells) + ")")
-            else:
-                cursor.execute(self.sql, cells if cells is not None else self.params(values, connection))
-            if self.returning:
-                pk = connection.ops.fetch_returned_rows(cursor, self.returning_params)[0][0]
-            else:
-                pk = connection.ops.last_insert_id(cursor, self.table, self.pk_column)
+        shape = self.full if not self.nullable else self.shape(
+            tuple(index for index in self.nullable if values[index] is None)
+        )
+        values = shape.pick(values)
+        connection.ensure_connection()  # literal() needs the driver's connection
+        cells = self.cells(values, connection, shape.kept)
+        if self.literal and cells is not None:
+            # Every cell is the driver's literal() of a prepared value (see the module
+            # docstring): mysqlclient would build the very same text from parameters.
+            pk = send_text(connection, shape.head + "(" + ", ".join(cells) + ")")
+        else:
+            params = cells if cells is not None else self.params(values, connection, shape.kept)
+            with connection.cursor() as cursor:
+                cursor.execute(shape.sql, params)
+                if self.returning:
+                    pk = connection.ops.fetch_returned_rows(cursor, self.returning_params)[0][0]
+                else:
+                    pk = connection.ops.last_insert_id(cursor, self.table, self.pk_column)
         for converter in self.pk_converters:
             pk = converter(pk, self.pk_col, connection)
         setattr(obj, self.pk_attname, pk)
@@ -181,9 +263,51 @@ def insert_plan(model: type[models.Model], connection: BaseDatabaseWrapper) -> I
             for f in fields
         )
     )
-    plan = InsertPlan(model, connection, fields) if plain else None
+    plan = InsertPlan(model, connection, fields, queue_null_columns(model)) if plain else None
     _plans[key] = plan
     return plan
+
+
+def own_pre_save(field: Any) -> bool:
+    """Django's date fields with ``auto_now``/``auto_now_add``: pre_save() sets the value,
+    whatever the row says (as the ORM does)."""
+    return isinstance(field, (models.DateField, models.TimeField)) and bool(
+        getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False)
+    )
+
+
+def send_text(connection: BaseDatabaseWrapper, sql: str) -> Any:
+    """Send one complete INSERT (no parameters) on MySQL/MariaDB; returns the new key.
+
+    Django's cursor adds layers a statement pays for on every call: a new cursor of the
+    driver's and two wrappers around it, the execute wrappers' chain, the query log. Where no
+    execute wrapper is installed and no query is logged (``DEBUG``, ``assertNumQueries``),
+    the statement goes on a cursor kept per driver connection instead, after the checks a
+    Django cursor makes (health check, thread, broken transaction) and with its error
+    translation (the backend's own cursor wrapper, ``wrap_database_errors``)."""
+    if connection.execute_wrappers or connection.queries_logged:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            return cursor.lastrowid
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
+    driver = connection.connection
+    kept = connection.__dict__.get("_dbq_insert_cursor")
+    with connection.wrap_database_errors:
+        if kept is None or kept[0] is not driver:
+            kept = connection._dbq_insert_cursor = (driver, connection.create_cursor())
+        cursor = kept[1]
+        cursor.execute(sql)
+    return cursor.lastrowid
+
+
+def queue_null_columns(model: type[models.Model]) -> frozenset[str]:
+    """The queue's own columns of ``model`` that a new row may leave out when NULL."""
+    from .models import QUEUE_FIELDS, QueueMixin  # models imports this module
+
+    return frozenset(QUEUE_FIELDS) if issubclass(model, QueueMixin) else frozenset()
 
 
 def kept_key(value: Any) -> tuple[type, Any] | None:

@@ -139,9 +139,14 @@ class QueueMixin(models.Model):
             super().save(using=using, force_insert=force_insert)
             return
         pre_save.send(sender=origin, instance=self, raw=False, using=using, update_fields=None)
-        with transaction.mark_for_rollback_on_error(using=using):
+        try:  # transaction.mark_for_rollback_on_error(), without a generator per save()
             if not plan.insert_one(self, connection):  # an expression as a value
                 self._save_table(cls=meta.concrete_model, using=using)
+        except Exception as exc:
+            if connection.in_atomic_block:
+                connection.needs_rollback = True
+                connection.rollback_exc = exc
+            raise
         self._state.db = using
         self._state.adding = False
         post_save.send(sender=origin, instance=self, created=True, update_fields=None, raw=False, using=using)

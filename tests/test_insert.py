@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+import zoneinfo
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -22,7 +23,7 @@ from django.utils import timezone
 from django.utils.connection import ConnectionDoesNotExist
 
 from django_dbqueue.bulk import Batch
-from django_dbqueue.insert import insert_plan
+from django_dbqueue.insert import insert_plan, sql_literal
 from django_dbqueue.models import QueueMixin
 from django_dbqueue.query import DbNow
 from django_dbqueue.states import QueueState
@@ -298,6 +299,76 @@ def test_a_failed_insert_marks_the_transaction_for_rollback_as_django_does() -> 
         # The fast path: a NOT NULL column given NULL fails in the database.
         Job(name=None).save()
     assert list(Job.objects.values_list("name", flat=True)) == ["first"]
+
+
+def test_a_new_row_leaves_its_null_queue_columns_out_of_the_insert() -> None:
+    held = timezone.now().replace(microsecond=7)
+    with CaptureQueriesContext(connection) as queries:
+        plain = Job(name="plain")
+        plain.save()
+        leased = Job(name="leased", queue_locked_by="someone", queue_token=42, queue_locked_until=held)
+        leased.save()
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 2
+    for name in ("queue_token", "queue_locked_by", "queue_locked_until"):
+        assert name not in inserts[0] and name in inserts[1]
+    for name in ("queue_finished_at", "queue_last_attempt_at"):  # NULL in both rows
+        assert name not in inserts[0] and name not in inserts[1]
+    assert all("queue_run_at" in sql and "queue_state" in sql for sql in inserts)
+    assert Job.objects.filter(pk=plain.pk, queue_token__isnull=True, queue_locked_by__isnull=True).exists()
+    again = Job.objects.get(pk=leased.pk)
+    assert (again.queue_locked_by, again.queue_token, again.queue_locked_until) == ("someone", 42, held)
+
+
+def test_bulk_enqueue_names_a_null_queue_column_only_when_some_row_fills_it() -> None:
+    with CaptureQueriesContext(connection) as queries:
+        Job.objects.bulk_enqueue([{"name": "a"}, {"name": "b"}])
+        Job.objects.bulk_enqueue([{"name": "c"}, {"name": "d", "queue_locked_by": "w"}, Job(name="e")])
+        Job.objects.bulk_enqueue([Job(name="f", queue_token=9), {"name": "g"}])
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 3
+    assert "queue_locked_by" not in inserts[0] and "queue_token" not in inserts[0]
+    assert "queue_locked_by" in inserts[1] and "queue_token" not in inserts[1]
+    assert "queue_token" in inserts[2] and "queue_locked_by" not in inserts[2]
+    stored_rows = dict(Job.objects.values_list("name", "queue_locked_by"))
+    assert stored_rows == {"a": None, "b": None, "c": None, "d": "w", "e": None, "f": None, "g": None}
+    assert dict(Job.objects.filter(name__in="fg").values_list("name", "queue_token")) == {"f": 9, "g": None}
+
+
+def test_save_sends_its_insert_past_djangos_cursor_only_when_nothing_would_see_it() -> None:
+    seen: list[str] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith("INSERT"):  # not a new connection's set-up
+            seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        Job(name="watched").save()
+    assert len(seen) == 1
+    Job(name="direct").save()
+    assert len(seen) == 1  # the wrapper is gone: nothing else saw the second INSERT
+    if connection.vendor == "mysql":
+        assert connection._dbq_insert_cursor[0] is connection.connection  # the kept cursor
+    assert list(Job.objects.order_by("pk").values_list("name", flat=True)) == ["watched", "direct"]
+
+
+@pytest.mark.parametrize("microsecond", [0, 1, 999999])
+def test_a_utc_time_has_the_literal_djangos_preparation_gives_it(microsecond: int) -> None:
+    plan = insert_plan(Job, connection)
+    assert plan is not None
+    connection.ensure_connection()
+    index = [f.name for f in plan.fields].index("queue_run_at")
+    field = plan.fields[index]
+    when = dt.datetime(2026, 11, 23, 5, 6, 7, microsecond, tzinfo=dt.UTC)
+    berlin = when.astimezone(zoneinfo.ZoneInfo("Europe/Berlin"))  # not UTC: Django's preparation
+    for value in (when, berlin):
+        prepared = field.get_db_prep_save(value, connection)
+        expected = sql_literal(connection, prepared) if plan.literal else prepared
+        assert plan.cell(index, value, connection) == expected
+    row = Job(name="times", queue_run_at=berlin)
+    row.save()
+    assert Job.objects.get(pk=row.pk).queue_run_at == when
 
 
 # -- save(): what takes Django's path ---------------------------------------------------
