@@ -117,10 +117,15 @@ class InsertPlan:
         )
         self._shapes: dict[tuple[int, ...], Shape] = {}
         self.full = self.shape(())
-        # How insert_one() reads each value: the attribute itself where pre_save() returns it.
+        # How insert_one() reads each value: where pre_save() returns the attribute and the
+        # field is Django's own (so is its descriptor), the value in the instance's __dict__.
         self.reads = tuple(
-            (field, field.attname, type(field).pre_save in PLAIN_PRE_SAVES and not own_pre_save(field))
-            for field in fields
+            (
+                field,
+                field.attname,
+                keeps and type(field).pre_save in PLAIN_PRE_SAVES and not own_pre_save(field),
+            )
+            for field, keeps in zip(fields, self.keeps, strict=True)
         )
         pk_col = meta.pk.get_col(meta.db_table)
         self.pk_attname = meta.pk.attname
@@ -213,7 +218,9 @@ class InsertPlan:
             tuple(index for index in self.nullable if values[index] is None)
         )
         values = shape.pick(values)
-        connection.ensure_connection()  # literal() needs the driver's connection
+        # literal() needs the driver's connection: connect as Django's cursor() would.
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
         cells = self.cells(values, connection, shape.kept)
         if self.literal and cells is not None:
             # Every cell is the driver's literal() of a prepared value (see the module
