@@ -26,6 +26,8 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
+from . import direct
+
 
 @contextmanager
 def deferred_autocommit(using: str) -> Iterator[None]:
@@ -51,6 +53,7 @@ def deferred_autocommit(using: str) -> Iterator[None]:
             switch(True)
         return execute(sql, params, many, context)
 
+    setattr(before_statement, direct.BOOKKEEPING, True)  # see pipeline.CommitCarrier
     connection._set_autocommit = set_autocommit
     connection.execute_wrappers.append(before_statement)
     # pipeline.CommitCarrier relies on it: a transaction it leaves open survives until the next.

@@ -37,6 +37,8 @@ from django.conf import settings
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from . import direct
+
 #: Backends whose INSERT this module writes; others take Django's path.
 VENDORS = frozenset({"mysql", "postgresql", "sqlite"})
 #: Distinct values kept prepared per column (a queue column's default needs one).
@@ -155,9 +157,7 @@ class InsertPlan:
         parameter, or on MySQL/MariaDB its literal."""
         if type(value) is datetime.datetime and value.tzinfo is datetime.UTC and self.utc_text:
             if type(self.fields[index]) is models.DateTimeField:
-                # What DateTimeField and MySQL's adapt_datetimefield_value() make of an aware
-                # UTC time on a UTC connection, then literal(): the naive time's str(), quoted.
-                return f"'{value.replace(tzinfo=None)}'"
+                return utc_literal(value)
         key = kept_key(value) if self.keeps[index] else None
         if key is not None:
             try:
@@ -284,30 +284,13 @@ def own_pre_save(field: Any) -> bool:
 
 
 def send_text(connection: BaseDatabaseWrapper, sql: str) -> Any:
-    """Send one complete INSERT (no parameters) on MySQL/MariaDB; returns the new key.
-
-    Django's cursor adds layers a statement pays for on every call: a new cursor of the
-    driver's and two wrappers around it, the execute wrappers' chain, the query log. Where no
-    execute wrapper is installed and no query is logged (``DEBUG``, ``assertNumQueries``),
-    the statement goes on a cursor kept per driver connection instead, after the checks a
-    Django cursor makes (health check, thread, broken transaction) and with its error
-    translation (the backend's own cursor wrapper, ``wrap_database_errors``)."""
-    if connection.execute_wrappers or connection.queries_logged:
-        with connection.cursor() as cursor:
-            cursor.execute(sql)
-            return cursor.lastrowid
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    connection.validate_no_broken_transaction()
-    driver = connection.connection
-    kept = connection.__dict__.get("_dbq_insert_cursor")
-    with connection.wrap_database_errors:
-        if kept is None or kept[0] is not driver:
-            kept = connection._dbq_insert_cursor = (driver, connection.create_cursor())
-        cursor = kept[1]
+    """Send one complete INSERT (no parameters) on MySQL/MariaDB; returns the new key. It goes
+    past Django's cursor layers (:mod:`django_dbqueue.direct`) where nothing would see it."""
+    if direct.unobserved(connection):
+        return direct.execute(connection, sql).lastrowid
+    with connection.cursor() as cursor:
         cursor.execute(sql)
-    return cursor.lastrowid
+        return cursor.lastrowid
 
 
 def queue_null_columns(model: type[models.Model]) -> frozenset[str]:
@@ -332,6 +315,19 @@ def sql_literal(connection: BaseDatabaseWrapper, prepared: Any) -> str:
         raise BinaryValue
     raw = connection.connection
     return raw.literal(prepared).decode(raw.encoding)
+
+
+def utc_literal(value: datetime.datetime) -> str:
+    """What DateTimeField and MySQL's ``adapt_datetimefield_value()`` make of an aware UTC time
+    on a connection in UTC, then ``literal()``: the naive time's ``str()``, quoted."""
+    return f"'{value.replace(tzinfo=None)}'"
+
+
+def datetime_literal(connection: BaseDatabaseWrapper, value: datetime.datetime) -> str:
+    """The MySQL literal of a DateTimeField's ``value`` (``utc_literal()`` where it applies)."""
+    if value.tzinfo is datetime.UTC and settings.USE_TZ and connection.timezone_name == "UTC":
+        return utc_literal(value)
+    return sql_literal(connection, connection.ops.adapt_datetimefield_value(value))
 
 
 def portable_literal(prepared: Any, literal: str) -> bool:

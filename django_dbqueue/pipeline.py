@@ -43,6 +43,8 @@ from typing import Any
 
 from django.db import connections
 
+from . import direct
+
 #: What a block's row count means: (outcome written, or None if it cannot tell; next row locked).
 Decoder = Callable[[int], tuple[bool | None, bool]]
 
@@ -52,7 +54,7 @@ class CarriedCommit:
     """A block to send in place of ``COMMIT``, and what came of it."""
 
     sql: str
-    params: list[Any]
+    params: list[Any] | None  # None: the SQL is complete text
     decode: Decoder
     #: The finishing time the block writes, and the next row it locks (None: it locks none).
     finished_at: Any = None
@@ -122,11 +124,18 @@ class CommitCarrier:
             if pending is None or connection.connection is None:
                 plain_commit()
                 return
-            # Django's cursor: the block is logged and its errors wrapped like any statement's.
-            with connection.cursor() as cursor:
-                cursor.execute(pending.sql, pending.params)
-                pending.sent = True
-                pending.written, pending.next_locked = pending.decode(cursor.rowcount)
+            if pending.params is None and direct.unobserved(connection, bookkeeping_too=True):
+                # At a commit the bookkeeping wrappers have nothing to do (deferred_autocommit's
+                # acts outside transactions only; this one's count the commit counts itself),
+                # so the block may go past Django's cursor (django_dbqueue.direct).
+                rowcount = direct.execute(connection, pending.sql).rowcount
+            else:
+                # Django's cursor: the block is logged and its errors wrapped like any statement's.
+                with connection.cursor() as cursor:
+                    cursor.execute(pending.sql, pending.params)
+                    rowcount = cursor.rowcount
+            pending.sent = True
+            pending.written, pending.next_locked = pending.decode(rowcount)
             if pending.next_locked:
                 self._locked = (pending.lock_next, self._generation, connection.connection)
 
@@ -140,6 +149,8 @@ class CommitCarrier:
         ) -> Any:
             self._generation += 1
             return execute(sql, params, many, context)
+
+        setattr(before_statement, direct.BOOKKEEPING, True)
 
         connection._commit = commit
         connection._rollback = rollback

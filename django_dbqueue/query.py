@@ -47,6 +47,7 @@ from .history import (
     history_enabled,
     write_attempts,
 )
+from .insert import NOTHING, datetime_literal, sql_literal
 from .loading import RowLayout, convert_rows, convert_value, instances
 from .pipeline import CarriedCommit
 from .states import QueueState
@@ -121,6 +122,8 @@ class Claim:
     #: The database's clock at the claim, and this process's monotonic clock at that moment.
     claimed_at: datetime
     monotonic_at: float = field(default_factory=time.monotonic)
+    #: SQL text with this claim's constants written in, by statement (see _success_commit).
+    texts: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def now(self) -> datetime:
         """The database's time now, estimated from the claim without a round trip."""
@@ -676,23 +679,61 @@ class QueueQuerySetMixin:
     def _success_commit(self, pk: Any, claim: Claim, lock_next: Any = None) -> CarriedCommit | None:
         """The success of one atomic-mode job as a block that also commits and, with
         ``lock_next``, locks the claim's next row for the transaction that follows (see
-        :mod:`django_dbqueue.pipeline`). None where no such block is possible."""
+        :mod:`django_dbqueue.pipeline`). None where no such block is possible.
+
+        This runs once per job, so for integer keys the block is text made once per claim:
+        the claim's constants (token, worker, model label) written in as the driver's
+        literals, the ids and the finishing time filled in per job by one ``%`` format."""
+        locks = lock_next is not None
+        if type(pk) is int and (not locks or type(lock_next) is int):
+            made = claim.texts.get((self.model, locks), NOTHING)
+            if made is NOTHING:
+                made = claim.texts[(self.model, locks)] = self._success_commit_text(claim, locks)
+            if made is not None:
+                template, per_row = made
+                finished_at = claim.now()
+                values = {
+                    "finished": datetime_literal(connections[self.db], finished_at),
+                    "ids": pk,
+                    "next": lock_next,
+                }
+                sql = template % values
+                decode = _decoder(per_row, locks)
+                return CarriedCommit(sql, None, decode, finished_at=finished_at, lock_next=lock_next)
         block = self._success_block([pk], claim, commit=True, lock_next=lock_next)
         if block is None:
             return None
         sql, params, finished_at, per_row = block
-
-        def decode(count: int) -> tuple[bool | None, bool]:
-            # count = per_row x written + locked, each 0 or 1.
-            if lock_next is None:
-                return count > 0, False
-            if per_row == 2:
-                return count >= 2, count % 2 == 1
-            if count == 1:
-                return None, False  # written or locked, not both: the caller reads which
-            return count == 2, count == 2
-
+        decode = _decoder(per_row, locks)
         return CarriedCommit(sql, params, decode, finished_at=finished_at, lock_next=lock_next)
+
+    def _success_commit_text(self, claim: Claim, locks: bool) -> tuple[str, int] | None:
+        """The block of ``_success_commit`` for integer keys as a ``%`` format with the
+        claim's constants written in, and the rows it counts per row written; None where no
+        block is possible."""
+        connection = connections[self.db]
+        if not (connection.vendor == "mysql" and connection.mysql_is_mariadb):
+            return None
+        history = history_enabled(self.model)
+        if history and not can_copy_attempts(self.model):
+            return None
+        connection.ensure_connection()  # literal() needs the driver's connection
+        sql = _success_block_sql(self.db, self.model, IDS, history, True, locks)
+        if "%" in sql.replace("%s", ""):
+            return None  # a % of its own (in a table name?): the driver's interpolation
+        # Two formats: the claim's constants now (positional), the job's values later (by
+        # name). The stand-ins become named fields while the text is only our own SQL; the
+        # literals go in with their % doubled, so no value can name a field.
+        sql = sql.replace(IDS, "%%(ids)d").replace(NEXT_ID, "%%(next)d")
+        token = str(claim.token)
+        args = ["%(finished)s", token]
+        if history:
+            label = sql_literal(connection, self.model._meta.label).replace("%", "%%")
+            worker = sql_literal(connection, claim.worker_id).replace("%", "%%")
+            args += [label, worker, str(-claim.token), "%(finished)s"]
+        if locks:
+            args.append(token)
+        return sql % tuple(args), 2 if history else 1
 
     def _written(self, ids: Sequence[Any], claim: Claim, finished_at: datetime) -> set[Any]:
         """The rows of ``ids`` that one success write wrote, when it matched fewer than all: a
@@ -796,6 +837,23 @@ class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):
 
 class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore[misc]
     pass
+
+
+@functools.cache
+def _decoder(per_row: int, locks: bool) -> Callable[[int], tuple[bool | None, bool]]:
+    """What the row count of a carried success block means: (outcome written, or None if it
+    cannot tell; next row locked). The count is per_row x written + locked, each 0 or 1."""
+
+    def decode(count: int) -> tuple[bool | None, bool]:
+        if not locks:
+            return count > 0, False
+        if per_row == 2:
+            return count >= 2, count % 2 == 1
+        if count == 1:
+            return None, False  # written or locked, not both: the caller reads which
+        return count == 2, count == 2
+
+    return decode
 
 
 def integer_ids(ids: Sequence[Any]) -> str | None:

@@ -349,7 +349,7 @@ def test_save_sends_its_insert_past_djangos_cursor_only_when_nothing_would_see_i
     Job(name="direct").save()
     assert len(seen) == 1  # the wrapper is gone: nothing else saw the second INSERT
     if connection.vendor == "mysql":
-        assert connection._dbq_insert_cursor[0] is connection.connection  # the kept cursor
+        assert connection._dbq_kept_cursor[0] is connection.connection  # the kept cursor
     assert list(Job.objects.order_by("pk").values_list("name", flat=True)) == ["watched", "direct"]
 
 

@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
+from django_dbqueue import direct
 from django_dbqueue.history import QueueAttempt
 from django_dbqueue.pipeline import CommitCarrier
 from django_dbqueue.query import IDS
@@ -197,3 +198,55 @@ def test_success_blocks_write_integer_ids_into_the_text_and_pass_others_as_param
     assert set(Job.objects.values_list("queue_state", flat=True)) == {QueueState.SUCCEEDED}
     copied = QueueAttempt.objects.filter(model=Job._meta.label, outcome="succeeded")
     assert sorted(copied.values_list("object_id", flat=True)) == sorted([str(first.pk), str(second.pk)])
+
+
+HOSTILE_WORKER = "w'); DROP TABLE x; -- %s %(ids)d %% \\ /*dbqueue ids*/ /*dbqueue next id*/ `q`"
+
+
+def test_unobserved_blocks_go_past_djangos_cursor_with_the_claims_constants_as_data(
+    mariadb, monkeypatch
+) -> None:
+    # No query log and no execute wrapper but the worker's own: each block is text made once
+    # per claim and sent on the kept cursor (django_dbqueue.direct). A worker id full of
+    # quotes, placeholders and the text's own stand-ins is stored as data.
+    jobs = make(AtomicJob, *({"name": str(i)} for i in range(12)))
+    assert not connection.queries_logged
+    sent: list[str] = []
+    execute = direct.execute
+
+    def counting(connection, sql):
+        sent.append(sql)
+        return execute(connection, sql)
+
+    monkeypatch.setattr(direct, "execute", counting)
+    stats = Worker(
+        models=[AtomicJob], burst=True, handle_signals=False, batch_size=5, worker_id=HOSTILE_WORKER
+    ).run()
+    assert (stats.succeeded, stats.failed, stats.lost) == (12, 0, 0)
+    assert len(carried(sent)) == 12  # every block went the direct way
+    assert set(ledger(AtomicJob).values()) == {1} and len(ledger(AtomicJob)) == 12
+    rows = {row.pk: row for row in AtomicJob.objects.all()}
+    attempts = list(QueueAttempt.objects.filter(model=AtomicJob._meta.label))
+    assert sorted(int(a.object_id) for a in attempts) == sorted(j.pk for j in jobs)
+    for attempt in attempts:
+        row = rows[int(attempt.object_id)]
+        assert row.queue_state == QueueState.SUCCEEDED and row.queue_locked_by == HOSTILE_WORKER
+        assert attempt.worker_id == HOSTILE_WORKER and attempt.finished_at == row.queue_finished_at
+
+
+def test_a_claims_block_text_is_what_the_parameters_would_make(mariadb) -> None:
+    make(Job, {"name": "a"}, {"name": "b"})
+    qs = Job.queue_queryset("default")
+    first, second = qs.claim(2)
+    claim = first._queue_claim
+    claim.worker_id = HOSTILE_WORKER
+    text = qs._success_commit(first.pk, claim, lock_next=second.pk)
+    assert text is not None and text.params is None
+    by_params = qs._success_block([first.pk], claim, commit=True, lock_next=second.pk)
+    assert by_params is not None
+    sql, params, _, _ = by_params
+    connection.ensure_connection()
+    # The finishing times differ (each call reads the clock): compare with the text's own.
+    params[0] = params[-2] = connection.ops.adapt_datetimefield_value(text.finished_at)
+    with connection.cursor() as cursor:
+        assert text.sql == cursor.mogrify(sql, params)
