@@ -44,7 +44,7 @@ from .conf import settings
 from .exceptions import JobTimeout, LeaseLost
 from .models import QueueMixin, queue_models, record_successes, successes_written
 from .pipeline import CarriedCommit, CommitCarrier
-from .query import Claim, as_timedelta, default_worker_id, is_transient_lock_error
+from .query import Claim, QueueQuerySet, as_timedelta, default_worker_id, is_transient_lock_error
 from .savepoint import LazySavepoint
 from .wakeup import Listener
 
@@ -344,6 +344,7 @@ class Worker:
         its outcome (fenced by the claim's token), one job or one group per commit."""
         group = atomic_group(model)
         carrier = self._carriers.get(claim.using)
+        qs = model.queue_queryset(claim.using)
         for start in range(0, len(rows), group):
             if self.stopping or self._fatal is not None:
                 self._release(model, rows[start:], claim)
@@ -351,7 +352,7 @@ class Worker:
             chunk = rows[start : start + group]
             if len(chunk) == 1:
                 following = rows[start + 1].pk if carrier is not None and start + 1 < len(rows) else None
-                self._run_atomic_one(model, chunk[0], claim, carrier, following)
+                self._run_atomic_one(model, chunk[0], claim, carrier, following, qs)
             else:
                 self._run_atomic_group(model, chunk, claim)
 
@@ -362,6 +363,7 @@ class Worker:
         claim: Claim,
         carrier: CommitCarrier | None = None,
         following: Any = None,
+        qs: QueueQuerySet | None = None,
     ) -> None:
         """One job, one transaction: lock the row if still ours (fenced by its token, so a
         rescuer's SKIP LOCKED passes it by even once the lease ran out), run the handler,
@@ -372,7 +374,7 @@ class Worker:
         ``following`` row go in one block at the commit, and this job's own lock may have
         come with the previous job's block."""
         using = claim.using
-        qs = model.queue_queryset(using)
+        qs = qs if qs is not None else model.queue_queryset(using)
         error: BaseException | None = None
         lost: list[QueueMixin] = []
         carried: CarriedCommit | None = None
