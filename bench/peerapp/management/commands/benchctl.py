@@ -147,6 +147,7 @@ class Command(BaseCommand):
                 enqueue_one(i)
             out.update(n=n, seconds=time.perf_counter() - start)
         elif action == "enqueue-bulk":
+            connection.ensure_connection()  # as every system: connected before the clock starts
             start = time.perf_counter()
             out["api"] = enqueue_bulk(first, n)
             out.update(n=n, seconds=time.perf_counter() - start)
