@@ -400,7 +400,8 @@ METHOD = """## How it is measured
   `task.enqueue()`, `async_task()`, raw `INSERT` in autocommit). Bulk: one transaction
   (`Model.objects.bulk_enqueue()`, dj_queue's `enqueue_all()`, ORM `bulk_create` of
   django-tasks-db's rows — it has no bulk API —, raw `executemany` of 1,000 rows per statement).
-  django-q2 has no bulk API. A run's figure is the median of 3 back-to-back measurements, each
+  django-q2 has no bulk API. Every system is connected to the database before the clock
+  starts. A run's figure is the median of 3 back-to-back measurements, each
   on an emptied table (one takes well under a second: a single burst of the shared machine
   would decide it).
 * **Pickup latency.** One idle worker; jobs are enqueued one at a time with random gaps
