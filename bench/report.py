@@ -401,9 +401,9 @@ METHOD = """## How it is measured
   (`Model.objects.bulk_enqueue()`, dj_queue's `enqueue_all()`, ORM `bulk_create` of
   django-tasks-db's rows — it has no bulk API —, raw `executemany` of 1,000 rows per statement).
   django-q2 has no bulk API. Every system is connected to the database before the clock
-  starts. A run's figure is the median of 3 back-to-back measurements, each
-  on an emptied table (one takes well under a second: a single burst of the shared machine
-  would decide it).
+  starts. A run's figure is the median of 3 measurements, each on an emptied table, the
+  systems taking turns (one takes well under a second: a single slow moment of the shared
+  machine would decide it).
 * **Pickup latency.** One idle worker; jobs are enqueued one at a time with random gaps
   (0.075–0.225 s); latency = handler start − enqueue commit. Before that, the statements the idle
   worker sends are counted for a few seconds (a Django execute wrapper in the benchmark app).

@@ -359,35 +359,47 @@ def prefill(system: str, variant: str, n: int) -> None:
         ctl(system, "enqueue-bulk", "--reset", "--n", str(n), "--first", "1")
 
 
-#: Back-to-back measurements per enqueue figure of a run (their median is the figure): one
-#: measurement takes well under a second, so one burst of the shared machine would decide it.
+#: Measurements per enqueue figure of a run (their median is the figure). One takes well under
+#: a second, so each system is measured this often, the systems taking turns, and a slow
+#: minute of the shared machine falls on all of them rather than deciding one figure.
 ENQUEUE_REPEATS = 3
 
 
-def enqueue(system: str, n_one: int, n_bulk: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"system": system}
-
-    def rates(action: str, n: int) -> list[float]:
-        measured = []
-        for _ in range(ENQUEUE_REPEATS):
-            reset_system(system)
-            result = ctl(system, action, "--n", str(n))
-            measured.append(n / result["seconds"])
-            if action == "enqueue-bulk":
-                out["bulk_api"] = result.get("api", "")
-        return measured
-
-    out["one_each"] = rates("enqueue-one", n_one)
-    out["one"] = statistics.median(out["one_each"])
-    if system == "q2":
-        out["bulk"] = None
-        out["bulk_api"] = "none (no bulk enqueue API)"
-    else:
-        out["bulk_each"] = rates("enqueue-bulk", n_bulk)
-        out["bulk"] = statistics.median(out["bulk_each"])
+def enqueue_once(system: str, n_one: int, n_bulk: int) -> dict[str, Any]:
+    """One measurement of each enqueue kind of ``system``, each on an emptied table."""
+    out: dict[str, Any] = {}
     reset_system(system)
-    log(f"  enqueue {system}: one-by-one {out['one']:,.0f}/s, bulk {out['bulk'] or 0:,.0f}/s")
+    out["one"] = n_one / ctl(system, "enqueue-one", "--n", str(n_one))["seconds"]
+    if system == "q2":
+        out["bulk"], out["bulk_api"] = None, "none (no bulk enqueue API)"
+    else:
+        reset_system(system)
+        bulk = ctl(system, "enqueue-bulk", "--n", str(n_bulk))
+        out["bulk"], out["bulk_api"] = n_bulk / bulk["seconds"], bulk.get("api", "")
+    reset_system(system)
     return out
+
+
+def enqueue(order: list[str], n_one: int, n_bulk: int) -> list[dict[str, Any]]:
+    """The enqueue figures of one run: every system ENQUEUE_REPEATS times, taking turns."""
+    measured: dict[str, list[dict[str, Any]]] = {system: [] for system in order}
+    for repeat in range(ENQUEUE_REPEATS):
+        for system in order[repeat:] + order[:repeat]:
+            item = attempt(f"enqueue {system}", enqueue_once, system, n_one, n_bulk)
+            if item:
+                measured[system].append(item)
+    figures = []
+    for system, items in measured.items():
+        if not items:
+            continue
+        out: dict[str, Any] = {"system": system, "bulk_api": items[0]["bulk_api"]}
+        for kind in ("one", "bulk"):
+            out[f"{kind}_each"] = [item[kind] for item in items]
+            known = [rate for rate in out[f"{kind}_each"] if rate is not None]
+            out[kind] = statistics.median(known) if known else None
+        log(f"  enqueue {system}: one-by-one {out['one']:,.0f}/s, bulk {out['bulk'] or 0:,.0f}/s")
+        figures.append(out)
+    return figures
 
 
 def pickup(system: str, trickle: int, idle_seconds: float) -> dict[str, Any]:
@@ -640,10 +652,7 @@ def one_run(plan: Plan, run: int, skip: set[str]) -> dict[str, Any]:
     order = list(plan.systems)
     random.Random(run).shuffle(order)
     if "enqueue" not in skip:
-        for system in order:
-            item = attempt(f"enqueue {system}", enqueue, system, plan.n_one, plan.n_bulk)
-            if item:
-                current["enqueue"].append(item)
+        current["enqueue"] = enqueue(order, plan.n_one, plan.n_bulk)
     if "drain" not in skip:
         for workers in WORKER_COUNTS:
             for system in order:
