@@ -139,7 +139,7 @@ class InsertPlan:
         ]
         self.pk_col = pk_col
         # An aware UTC time on a UTC connection has a literal of its own (see cell()).
-        self.utc_text = self.literal and settings.USE_TZ and connection.timezone_name == "UTC"
+        self.utc_text = self.literal and utc_connection(connection)
         self.kept: tuple[dict[tuple[type, Any], Any], ...] = tuple({} for _ in fields)
         self.last: list[tuple[Any, Any]] = [(NOTHING, None)] * len(fields)
 
@@ -323,9 +323,14 @@ def utc_literal(value: datetime.datetime) -> str:
     return f"'{value.replace(tzinfo=None)}'"
 
 
+def utc_connection(connection: BaseDatabaseWrapper) -> bool:
+    """Whether aware times are written in UTC on ``connection`` (``utc_literal()`` applies)."""
+    return settings.USE_TZ and connection.timezone_name == "UTC"
+
+
 def datetime_literal(connection: BaseDatabaseWrapper, value: datetime.datetime) -> str:
     """The MySQL literal of a DateTimeField's ``value`` (``utc_literal()`` where it applies)."""
-    if value.tzinfo is datetime.UTC and settings.USE_TZ and connection.timezone_name == "UTC":
+    if value.tzinfo is datetime.UTC and utc_connection(connection):
         return utc_literal(value)
     return sql_literal(connection, connection.ops.adapt_datetimefield_value(value))
 

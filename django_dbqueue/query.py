@@ -633,12 +633,10 @@ class QueueQuerySetMixin:
         Returns the SQL, its parameters, the finishing time written and how many rows the
         server counts per row written (the copy counts too); None where no block can do it.
         The SQL is cached: in atomic mode this runs once per job."""
+        history = self._block_history()
+        if history is None:
+            return None
         connection = connections[self.db]
-        if not (connection.vendor == "mysql" and connection.mysql_is_mariadb):
-            return None
-        history = history_enabled(self.model)
-        if history and not can_copy_attempts(self.model):
-            return None
         finished_at = claim.now()
         finished = connection.ops.adapt_datetimefield_value(finished_at)
         # Fixed values are in the SQL text, and so are integer ids (integer_ids()).
@@ -655,12 +653,29 @@ class QueueQuerySetMixin:
             keys = [prepare_pk(pk, connection) for pk in ids]
             next_key = [prepare_pk(lock_next, connection)] if locks else []
             sql = _success_block_sql(self.db, self.model, len(ids), history, commit, locks)
-        params = [finished, *keys, claim.token]
-        if history:
-            params += [self.model._meta.label, claim.worker_id, *keys, -claim.token, finished]
-        if locks:
-            params += [*next_key, claim.token]
+        params = _block_params(
+            finished,
+            claim.token,
+            -claim.token,
+            self.model._meta.label,
+            claim.worker_id,
+            keys,
+            next_key,
+            history=history,
+            locks=locks,
+        )
         return sql, params, finished_at, 2 if history else 1
+
+    def _block_history(self) -> bool | None:
+        """Whether a success block of this model copies the history; None where no block can
+        write its success (not MariaDB, or a history that cannot be copied by SQL)."""
+        connection = connections[self.db]
+        if not (connection.vendor == "mysql" and connection.mysql_is_mariadb):
+            return None
+        history = history_enabled(self.model)
+        if history and not can_copy_attempts(self.model):
+            return None
+        return history
 
     def _record_successes_in_one_statement(self, ids: Sequence[Any], claim: Claim) -> set[Any] | None:
         """On MariaDB with the history on, the outcome UPDATE and the history's INSERT …
@@ -711,12 +726,10 @@ class QueueQuerySetMixin:
         """The block of ``_success_commit`` for integer keys as a ``%`` format with the
         claim's constants written in, and the rows it counts per row written; None where no
         block is possible."""
+        history = self._block_history()
+        if history is None:
+            return None
         connection = connections[self.db]
-        if not (connection.vendor == "mysql" and connection.mysql_is_mariadb):
-            return None
-        history = history_enabled(self.model)
-        if history and not can_copy_attempts(self.model):
-            return None
         connection.ensure_connection()  # literal() needs the driver's connection
         sql = _success_block_sql(self.db, self.model, IDS, history, True, locks)
         if "%" in sql.replace("%s", ""):
@@ -725,14 +738,19 @@ class QueueQuerySetMixin:
         # name). The stand-ins become named fields while the text is only our own SQL; the
         # literals go in with their % doubled, so no value can name a field.
         sql = sql.replace(IDS, "%%(ids)d").replace(NEXT_ID, "%%(next)d")
-        token = str(claim.token)
-        args = ["%(finished)s", token]
-        if history:
-            label = sql_literal(connection, self.model._meta.label).replace("%", "%%")
-            worker = sql_literal(connection, claim.worker_id).replace("%", "%%")
-            args += [label, worker, str(-claim.token), "%(finished)s"]
-        if locks:
-            args.append(token)
+        label = sql_literal(connection, self.model._meta.label).replace("%", "%%")
+        worker = sql_literal(connection, claim.worker_id).replace("%", "%%")
+        args = _block_params(
+            "%(finished)s",
+            str(claim.token),
+            str(-claim.token),
+            label,
+            worker,
+            [],
+            [],
+            history=history,
+            locks=locks,
+        )
         return sql % tuple(args), 2 if history else 1
 
     def _written(self, ids: Sequence[Any], claim: Claim, finished_at: datetime) -> set[Any]:
@@ -837,6 +855,28 @@ class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):
 
 class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore[misc]
     pass
+
+
+def _block_params(
+    finished: Any,
+    token: Any,
+    negated: Any,
+    label: Any,
+    worker: Any,
+    keys: Sequence[Any],
+    next_key: Sequence[Any],
+    *,
+    history: bool,
+    locks: bool,
+) -> list[Any]:
+    """The values of ``_success_block_sql``'s placeholders, in order (``keys`` and
+    ``next_key`` empty where the ids are in the text)."""
+    params = [finished, *keys, token]
+    if history:
+        params += [label, worker, *keys, negated, finished]
+    if locks:
+        params += [*next_key, token]
+    return params
 
 
 @functools.cache

@@ -55,6 +55,19 @@ def own_locks(statements: list[str]) -> int:
     )
 
 
+def ran_once_with_history(jobs: list) -> list[tuple]:
+    """Check that every AtomicJob of ``jobs`` ran once and SUCCEEDED with one attempt row
+    finished when the row did; returns (row, attempt) pairs for further checks."""
+    assert set(ledger(AtomicJob).values()) == {1} and len(ledger(AtomicJob)) == len(jobs)
+    rows = {row.pk: row for row in AtomicJob.objects.all()}
+    attempts = list(QueueAttempt.objects.filter(model=AtomicJob._meta.label))
+    assert sorted(int(a.object_id) for a in attempts) == sorted(j.pk for j in jobs)
+    pairs = [(rows[int(attempt.object_id)], attempt) for attempt in attempts]
+    for row, attempt in pairs:
+        assert row.queue_state == QueueState.SUCCEEDED and attempt.finished_at == row.queue_finished_at
+    return pairs
+
+
 def carried(statements: list[str]) -> list[str]:
     return [sql for sql in statements if sql.startswith("BEGIN NOT ATOMIC") and "COMMIT" in sql]
 
@@ -69,15 +82,9 @@ def test_one_block_per_job_and_the_next_lock_rides_along(mariadb) -> None:
     # the first job of a batch locks its row with a statement of its own.
     assert sum("SET `queue_token` = `queue_token`" in sql for sql in blocks) == 27
     assert own_locks(statements) == 3
-    assert set(ledger(AtomicJob).values()) == {1} and len(ledger(AtomicJob)) == 30
-    rows = {row.pk: row for row in AtomicJob.objects.all()}
-    attempts = list(QueueAttempt.objects.filter(model=AtomicJob._meta.label))
-    assert sorted(int(a.object_id) for a in attempts) == sorted(j.pk for j in jobs)
-    for attempt in attempts:
-        row = rows[int(attempt.object_id)]
-        assert row.queue_state == QueueState.SUCCEEDED and row.queue_token < 0
+    for row, attempt in ran_once_with_history(jobs):
+        assert row.queue_token < 0
         assert (attempt.outcome, attempt.attempt) == ("succeeded", 1)
-        assert attempt.finished_at == row.queue_finished_at
 
 
 @pytest.mark.parametrize("history", [True, False], ids=["history", "no-history"])
@@ -224,14 +231,8 @@ def test_unobserved_blocks_go_past_djangos_cursor_with_the_claims_constants_as_d
     ).run()
     assert (stats.succeeded, stats.failed, stats.lost) == (12, 0, 0)
     assert len(carried(sent)) == 12  # every block went the direct way
-    assert set(ledger(AtomicJob).values()) == {1} and len(ledger(AtomicJob)) == 12
-    rows = {row.pk: row for row in AtomicJob.objects.all()}
-    attempts = list(QueueAttempt.objects.filter(model=AtomicJob._meta.label))
-    assert sorted(int(a.object_id) for a in attempts) == sorted(j.pk for j in jobs)
-    for attempt in attempts:
-        row = rows[int(attempt.object_id)]
-        assert row.queue_state == QueueState.SUCCEEDED and row.queue_locked_by == HOSTILE_WORKER
-        assert attempt.worker_id == HOSTILE_WORKER and attempt.finished_at == row.queue_finished_at
+    for row, attempt in ran_once_with_history(jobs):
+        assert row.queue_locked_by == HOSTILE_WORKER and attempt.worker_id == HOSTILE_WORKER
 
 
 def test_a_claims_block_text_is_what_the_parameters_would_make(mariadb) -> None:
