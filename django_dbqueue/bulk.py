@@ -39,6 +39,7 @@ from .insert import (
 
 Row = models.Model | Mapping[str, Any]
 
+
 class ByOrm(Exception):
     """A row the plan does not cover: the whole call takes the ORM's path."""
 

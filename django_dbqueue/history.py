@@ -172,6 +172,25 @@ def copy_attempts_sql(
     return copy_attempts_statement(using, model, len(ids), written_by is not None), params
 
 
+@functools.lru_cache(maxsize=64)
+def attempt_values_statement(using: str, outcome: str) -> str:
+    """``INSERT`` of one attempt row with the given outcome and an empty error in the text and
+    placeholders for the other columns (``ATTEMPT_COLUMNS[:8]``, in that order).
+
+    Atomic mode's success block writes its one attempt this way rather than by :func:`copy_attempts`:
+    an ``INSERT … SELECT`` holds the history table's AUTO-INC lock to the end of the statement
+    (``innodb_autoinc_lock_mode`` 1, the default), which workers committing a job at a time
+    queue on; a single-row ``INSERT … VALUES`` takes it only for the moment of the id."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
+    placeholders = ", ".join(["%s"] * 8)
+    return (
+        f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) "
+        f"VALUES ({placeholders}, '{AttemptOutcome(outcome).value}', '')"
+    )
+
+
 @functools.lru_cache(maxsize=512)
 def copy_attempts_statement(
     using: str, model: type[QueueMixin], id_count: int | str, fenced: bool, outcome: str | None = None

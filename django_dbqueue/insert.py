@@ -214,8 +214,10 @@ class InsertPlan:
             if hasattr(value, "resolve_expression"):
                 return False
             values.append(value)
-        shape = self.full if not self.nullable else self.shape(
-            tuple(index for index in self.nullable if values[index] is None)
+        shape = (
+            self.full
+            if not self.nullable
+            else self.shape(tuple(index for index in self.nullable if values[index] is None))
         )
         values = shape.pick(values)
         # literal() needs the driver's connection: connect as Django's cursor() would.
@@ -328,8 +330,10 @@ def utc_connection(connection: BaseDatabaseWrapper) -> bool:
     return settings.USE_TZ and connection.timezone_name == "UTC"
 
 
-def datetime_literal(connection: BaseDatabaseWrapper, value: datetime.datetime) -> str:
+def datetime_literal(connection: BaseDatabaseWrapper, value: datetime.datetime | None) -> str:
     """The MySQL literal of a DateTimeField's ``value`` (``utc_literal()`` where it applies)."""
+    if value is None:
+        return "NULL"
     if value.tzinfo is datetime.UTC and utc_connection(connection):
         return utc_literal(value)
     return sql_literal(connection, connection.ops.adapt_datetimefield_value(value))

@@ -7,7 +7,7 @@ the next as one anonymous block instead, when Django commits the job's ``atomic(
 
     BEGIN NOT ATOMIC
       UPDATE <queue table> SET queue_state = 'succeeded', … WHERE pk IN (<job>) AND queue_token = <claim>;
-      INSERT INTO <attempt history> … SELECT … FROM <queue table> WHERE <the rows just written>;
+      IF ROW_COUNT() > 0 THEN INSERT INTO <attempt history> … VALUES (<the claimed row's values>); END IF;
       COMMIT;
       BEGIN
         DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END;
@@ -16,7 +16,11 @@ the next as one anonymous block instead, when Django commits the job's ``atomic(
     END
 
 The last ``UPDATE`` changes nothing: it is the next job's fenced row lock, the first statement
-of the next job's transaction, sent early. Measured with mysqlclient on MariaDB 10.11 here, every
+of the next job's transaction, sent early. The attempt row is written only if the fenced
+``UPDATE`` wrote the job's row, and by ``INSERT … VALUES`` rather than the ``INSERT … SELECT`` a
+batch's successes use: that holds the history table's AUTO-INC lock to the end of the
+statement, and workers committing one job at a time queue on it (raw SQL here, 4 processes:
+2,384 blocks/s with ``INSERT … SELECT``, 2,960/s with ``VALUES``; 1 process: 1,347/s and 1,470/s). Measured with mysqlclient on MariaDB 10.11 here, every
 reply the server sends costs about as much as a statement (~100 µs): four separate statements
 ran ~1,000 jobs/s, the block ~1,670/s, against ~2,450/s for one autocommit ``UPDATE`` per job.
 

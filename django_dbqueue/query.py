@@ -41,6 +41,7 @@ from .conf import settings
 from .history import (
     AttemptOutcome,
     attempt_for,
+    attempt_values_statement,
     can_copy_attempts,
     copy_attempts,
     copy_attempts_statement,
@@ -622,13 +623,16 @@ class QueueQuerySetMixin:
         return written
 
     def _success_block(
-        self, ids: Sequence[Any], claim: Claim, *, commit: bool = False, lock_next: Any = None
+        self, ids: Sequence[Any], claim: Claim, *, row: QueueMixin | None = None, lock_next: Any = None
     ) -> tuple[str, list[Any], datetime, int] | None:
         """On MariaDB, a success write of ``ids`` as one anonymous ``BEGIN NOT ATOMIC`` block:
         the fenced UPDATE and, with history on, the history's INSERT … SELECT of exactly the
-        rows that UPDATE wrote (same token and finishing time, locks held). With ``commit``
-        the block commits too and, with ``lock_next``, then takes that row's fenced lock (see
-        :mod:`django_dbqueue.pipeline`).
+        rows that UPDATE wrote (same token and finishing time, locks held).
+
+        With ``row`` (atomic mode: ``ids`` is that one row's key) the block commits too, its
+        attempt row written from the claimed row's values if the UPDATE wrote it (see
+        ``_success_block_sql``), and with ``lock_next`` it then takes that row's fenced lock
+        (see :mod:`django_dbqueue.pipeline`).
 
         Returns the SQL, its parameters, the finishing time written and how many rows the
         server counts per row written (the copy counts too); None where no block can do it.
@@ -640,6 +644,7 @@ class QueueQuerySetMixin:
         finished_at = claim.now()
         finished = connection.ops.adapt_datetimefield_value(finished_at)
         # Fixed values are in the SQL text, and so are integer ids (integer_ids()).
+        commit = row is not None
         locks = lock_next is not None
         keys: list[Any] = []
         next_key: list[Any] = []
@@ -653,17 +658,24 @@ class QueueQuerySetMixin:
             keys = [prepare_pk(pk, connection) for pk in ids]
             next_key = [prepare_pk(lock_next, connection)] if locks else []
             sql = _success_block_sql(self.db, self.model, len(ids), history, commit, locks)
-        params = _block_params(
-            finished,
-            claim.token,
-            -claim.token,
-            self.model._meta.label,
-            claim.worker_id,
-            keys,
-            next_key,
-            history=history,
-            locks=locks,
-        )
+        label, worker = self.model._meta.label, claim.worker_id
+        if not history:
+            written: list[Any] = []
+        elif row is None:
+            written = _copied_attempts_params(label, worker, keys, -claim.token, finished)
+        else:
+            adapt = connection.ops.adapt_datetimefield_value
+            written = _attempt_values_params(
+                label,
+                str(row.pk),
+                row.queue_attempts,
+                worker,
+                adapt(row.queue_enqueued_at),
+                adapt(row.queue_run_at),
+                adapt(claim.claimed_at),
+                finished,
+            )
+        params = _block_params(finished, claim.token, keys, written, next_key, locks=locks)
         return sql, params, finished_at, 2 if history else 1
 
     def _block_history(self) -> bool | None:
@@ -691,31 +703,36 @@ class QueueQuerySetMixin:
             updated = cursor.rowcount // per_row
         return set(ids) if updated == len(ids) else self._written(ids, claim, finished_at)
 
-    def _success_commit(self, pk: Any, claim: Claim, lock_next: Any = None) -> CarriedCommit | None:
-        """The success of one atomic-mode job as a block that also commits and, with
-        ``lock_next``, locks the claim's next row for the transaction that follows (see
-        :mod:`django_dbqueue.pipeline`). None where no such block is possible.
+    def _success_commit(self, row: QueueMixin, claim: Claim, lock_next: Any = None) -> CarriedCommit | None:
+        """The success of one atomic-mode job (``row``, as claimed) as a block that also
+        commits and, with ``lock_next``, locks the claim's next row for the transaction that
+        follows (see :mod:`django_dbqueue.pipeline`). None where no such block is possible.
 
         This runs once per job, so for integer keys the block is text made once per claim:
-        the claim's constants (token, worker, model label) written in as the driver's
-        literals, the ids and the finishing time filled in per job by one ``%`` format."""
+        the claim's constants (token, worker, model label, claim time) written in as the
+        driver's literals, the job's own values filled in by one ``%`` format."""
+        pk = row.pk
         locks = lock_next is not None
-        if type(pk) is int and (not locks or type(lock_next) is int):
+        if type(pk) is int and type(row.queue_attempts) is int and (not locks or type(lock_next) is int):
             made = claim.texts.get((self.model, locks), NOTHING)
             if made is NOTHING:
                 made = claim.texts[(self.model, locks)] = self._success_commit_text(claim, locks)
             if made is not None:
                 template, per_row = made
+                connection = connections[self.db]
                 finished_at = claim.now()
                 values = {
-                    "finished": datetime_literal(connections[self.db], finished_at),
+                    "finished": datetime_literal(connection, finished_at),
                     "ids": pk,
                     "next": lock_next,
+                    "attempt": row.queue_attempts,
+                    "enqueued": datetime_literal(connection, row.queue_enqueued_at),
+                    "due": datetime_literal(connection, row.queue_run_at),
                 }
                 sql = template % values
                 decode = _decoder(per_row, locks)
                 return CarriedCommit(sql, None, decode, finished_at=finished_at, lock_next=lock_next)
-        block = self._success_block([pk], claim, commit=True, lock_next=lock_next)
+        block = self._success_block([pk], claim, row=row, lock_next=lock_next)
         if block is None:
             return None
         sql, params, finished_at, per_row = block
@@ -738,19 +755,25 @@ class QueueQuerySetMixin:
         # name). The stand-ins become named fields while the text is only our own SQL; the
         # literals go in with their % doubled, so no value can name a field.
         sql = sql.replace(IDS, "%%(ids)d").replace(NEXT_ID, "%%(next)d")
-        label = sql_literal(connection, self.model._meta.label).replace("%", "%%")
-        worker = sql_literal(connection, claim.worker_id).replace("%", "%%")
-        args = _block_params(
-            "%(finished)s",
-            str(claim.token),
-            str(-claim.token),
-            label,
-            worker,
-            [],
-            [],
-            history=history,
-            locks=locks,
+
+        def constant(value: Any) -> str:
+            return value.replace("%", "%%")
+
+        written = (
+            _attempt_values_params(
+                constant(sql_literal(connection, self.model._meta.label)),
+                "'%(ids)d'",
+                "%(attempt)d",
+                constant(sql_literal(connection, claim.worker_id)),
+                "%(enqueued)s",
+                "%(due)s",
+                constant(datetime_literal(connection, claim.claimed_at)),
+                "%(finished)s",
+            )
+            if history
+            else []
         )
+        args = _block_params("%(finished)s", str(claim.token), [], written, [], locks=locks)
         return sql % tuple(args), 2 if history else 1
 
     def _written(self, ids: Sequence[Any], claim: Claim, finished_at: datetime) -> set[Any]:
@@ -860,23 +883,41 @@ class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore
 def _block_params(
     finished: Any,
     token: Any,
-    negated: Any,
-    label: Any,
-    worker: Any,
     keys: Sequence[Any],
+    history: Sequence[Any],
     next_key: Sequence[Any],
     *,
-    history: bool,
     locks: bool,
 ) -> list[Any]:
-    """The values of ``_success_block_sql``'s placeholders, in order (``keys`` and
-    ``next_key`` empty where the ids are in the text)."""
-    params = [finished, *keys, token]
-    if history:
-        params += [label, worker, *keys, negated, finished]
+    """The values of ``_success_block_sql``'s placeholders, in order: the success UPDATE's,
+    the history statement's (``history``, empty with history off), the next lock's. ``keys``
+    and ``next_key`` are empty where the ids are in the text."""
+    params = [finished, *keys, token, *history]
     if locks:
         params += [*next_key, token]
     return params
+
+
+def _copied_attempts_params(
+    label: Any, worker: Any, keys: Sequence[Any], negated: Any, finished: Any
+) -> list[Any]:
+    """The values of a batch block's history, an ``INSERT … SELECT`` of the rows written."""
+    return [label, worker, *keys, negated, finished]
+
+
+def _attempt_values_params(
+    label: Any,
+    object_id: Any,
+    attempt: Any,
+    worker: Any,
+    enqueued: Any,
+    due: Any,
+    claimed: Any,
+    finished: Any,
+) -> list[Any]:
+    """The values of a one-row block's history (``attempt_values_statement``), in the order
+    of ``ATTEMPT_COLUMNS``."""
+    return [label, object_id, attempt, worker, enqueued, due, claimed, finished]
 
 
 @functools.cache
@@ -958,7 +999,11 @@ def _success_block_sql(
     """The SQL of ``QueueQuerySetMixin._success_block`` (MariaDB). With ``id_count`` = IDS, the
     ids and the next row's id are the stand-ins IDS and NEXT_ID."""
     statements = [_fenced_sql("SUCCEED", using, model, (), id_count)]
-    if history:
+    if history and commit:
+        # One row (atomic mode): its attempt from the claimed values, if the fence held.
+        values = attempt_values_statement(using, AttemptOutcome.SUCCEEDED)
+        statements.append(f"IF ROW_COUNT() > 0 THEN {values}; END IF")
+    elif history:
         statements.append(
             copy_attempts_statement(using, model, id_count, fenced=True, outcome=AttemptOutcome.SUCCEEDED)
         )

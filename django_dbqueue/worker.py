@@ -387,7 +387,7 @@ class Worker:
                 error = self._call(row, claim)
                 if error is not None:
                     transaction.set_rollback(True, using=using)
-                elif carrier is not None and (carried := qs._success_commit(row.pk, claim, following)):
+                elif carrier is not None and (carried := qs._success_commit(row, claim, following)):
                     carrier.carry(carried)
                 else:
                     # Lost only if the handler deleted its own row: what it did commits.

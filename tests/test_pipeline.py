@@ -65,6 +65,14 @@ def ran_once_with_history(jobs: list) -> list[tuple]:
     pairs = [(rows[int(attempt.object_id)], attempt) for attempt in attempts]
     for row, attempt in pairs:
         assert row.queue_state == QueueState.SUCCEEDED and attempt.finished_at == row.queue_finished_at
+        # The attempt is written from the claimed row's values: they are the row's own.
+        assert (attempt.attempt, attempt.enqueued_at, attempt.due_at, attempt.claimed_at) == (
+            row.queue_attempts,
+            row.queue_enqueued_at,
+            row.queue_run_at,
+            row.queue_last_attempt_at,
+        )
+        assert (attempt.worker_id, attempt.outcome, attempt.error) == (row.queue_locked_by, "succeeded", "")
     return pairs
 
 
@@ -102,6 +110,10 @@ def test_a_handler_that_deletes_its_own_row_is_counted_lost_and_the_next_job_run
     assert set(HostileAtomicJob.objects.values_list("queue_state", flat=True)) == {QueueState.SUCCEEDED}
     # What the deleting handler did commits, as everywhere in atomic mode.
     assert ledger(HostileAtomicJob) == {first.pk: 1, gone.pk: 1, last.pk: 1}
+    # The block writes an attempt only for a row its UPDATE wrote: none for the deleted one.
+    attempts = QueueAttempt.objects.filter(model=HostileAtomicJob._meta.label)
+    expected = sorted([str(first.pk), str(last.pk)]) if history else []
+    assert sorted(attempts.values_list("object_id", flat=True)) == expected
 
 
 def test_a_next_row_taken_by_another_claim_is_not_locked_nor_run(mariadb) -> None:
@@ -241,9 +253,9 @@ def test_a_claims_block_text_is_what_the_parameters_would_make(mariadb) -> None:
     first, second = qs.claim(2)
     claim = first._queue_claim
     claim.worker_id = HOSTILE_WORKER
-    text = qs._success_commit(first.pk, claim, lock_next=second.pk)
+    text = qs._success_commit(first, claim, lock_next=second.pk)
     assert text is not None and text.params is None
-    by_params = qs._success_block([first.pk], claim, commit=True, lock_next=second.pk)
+    by_params = qs._success_block([first.pk], claim, row=first, lock_next=second.pk)
     assert by_params is not None
     sql, params, _, _ = by_params
     connection.ensure_connection()
