@@ -51,6 +51,7 @@ OURS_VARIANTS = {
     "lease": ("dbqapp.NoopJob", "django_dbqueue, lease mode (batched outcomes)"),
     "lease-nohist": ("dbqapp.NoopJob", "django_dbqueue, lease mode, attempt history off"),
     "atomic": ("dbqapp.AtomicJob", "django_dbqueue, atomic mode (1 job per transaction)"),
+    "atomic-nohist": ("dbqapp.AtomicJob", "django_dbqueue, atomic mode, attempt history off"),
     "grouped": ("dbqapp.GroupedJob", "django_dbqueue, atomic mode, 100 jobs per transaction"),
 }
 RAW_VARIANTS = {
@@ -143,7 +144,7 @@ class Workers:
 
     def start(self) -> Workers:
         env = system_env(self.system, self.workers, **self.extra_env)
-        if self.variant == "lease-nohist":
+        if self.variant.endswith("-nohist"):
             env["BENCH_DBQ_HISTORY"] = "0"  # DBQUEUE_HISTORY = False
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         logfile = open(LOG_DIR / f"{self.system}-{self.variant}-{self.workers}.log", "ab")
@@ -696,7 +697,7 @@ def variants(system: str) -> tuple[str, ...]:
 def drain_n(plan: Plan, system: str, variant: str) -> int:
     if variant in ("lease", "lease-nohist", "grouped", "batch"):
         return plan.n_fast
-    if variant in ("atomic", "claim100"):
+    if variant in ("atomic", "atomic-nohist", "claim100"):
         return plan.n_per_job
     if variant == "claim1":
         return plan.n_claim1
