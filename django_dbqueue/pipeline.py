@@ -20,9 +20,12 @@ of the next job's transaction, sent early. The attempt row is written only if th
 ``UPDATE`` wrote the job's row, and by ``INSERT … VALUES`` rather than the ``INSERT … SELECT`` a
 batch's successes use: that holds the history table's AUTO-INC lock to the end of the
 statement, and workers committing one job at a time queue on it (raw SQL here, 4 processes:
-2,384 blocks/s with ``INSERT … SELECT``, 2,960/s with ``VALUES``; 1 process: 1,347/s and 1,470/s). Measured with mysqlclient on MariaDB 10.11 here, every
-reply the server sends costs about as much as a statement (~100 µs): four separate statements
-ran ~1,000 jobs/s, the block ~1,670/s, against ~2,450/s for one autocommit ``UPDATE`` per job.
+2,384 blocks/s with ``INSERT … SELECT``, 2,960/s with ``VALUES``; 1 process: 1,347/s and
+1,470/s).
+
+Measured with mysqlclient on MariaDB 10.11 here, every reply the server sends costs about as
+much as a statement (~100 µs): four separate statements ran ~1,000 jobs/s, the block
+~1,670/s, against ~2,450/s for one autocommit ``UPDATE`` per job.
 
 The server reports the rows matched by all statements of a block as one count (the session uses
 ``CLIENT_FOUND_ROWS``, as Django sets it, so the lock counts although it changes nothing);
