@@ -120,12 +120,22 @@ def write_attempts(model: type[QueueMixin], using: str, attempts: Iterable[Attem
         rows.append(row)
     if not rows:
         return
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
     placeholders = ", ".join(["%s"] * len(ATTEMPT_COLUMNS))
-    sql = f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) VALUES ({placeholders})"
     with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        cursor.executemany(f"{_insert_into(using)} VALUES ({placeholders})", rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_into(using: str) -> str:
+    """``INSERT INTO <history table> (<ATTEMPT_COLUMNS>)``: the head of every history write."""
+    quote = connections[using].ops.quote_name
+    columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
+    return f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns})"
+
+
+def _outcome_and_no_error(outcome: str) -> tuple[str, str]:
+    """The last two of ATTEMPT_COLUMNS as SQL text: a fixed outcome and an empty error."""
+    return f"'{AttemptOutcome(outcome).value}'", "''"
 
 
 _INTEGER_KEYS = (models.AutoField, models.BigAutoField, models.SmallAutoField, models.IntegerField)
@@ -181,14 +191,8 @@ def attempt_values_statement(using: str, outcome: str) -> str:
     an ``INSERT … SELECT`` holds the history table's AUTO-INC lock to the end of the statement
     (``innodb_autoinc_lock_mode`` 1, the default), which workers committing a job at a time
     queue on; a single-row ``INSERT … VALUES`` takes it only for the moment of the id."""
-    connection = connections[using]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
-    placeholders = ", ".join(["%s"] * 8)
-    return (
-        f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) "
-        f"VALUES ({placeholders}, '{AttemptOutcome(outcome).value}', '')"
-    )
+    values = ", ".join((*["%s"] * (len(ATTEMPT_COLUMNS) - 2), *_outcome_and_no_error(outcome)))
+    return f"{_insert_into(using)} VALUES ({values})"
 
 
 @functools.lru_cache(maxsize=512)
@@ -217,16 +221,13 @@ def copy_attempts_statement(
             column("queue_run_at"),
             column("queue_last_attempt_at"),
             column("queue_finished_at"),
-            *(("%s", "%s") if outcome is None else (f"'{AttemptOutcome(outcome).value}'", "''")),
+            *(("%s", "%s") if outcome is None else _outcome_and_no_error(outcome)),
         )
     )
-    columns = ", ".join(quote(name) for name in ATTEMPT_COLUMNS)
     # id_count placeholders, or a stand-in the caller replaces with integer ids.
     placeholders = id_count if isinstance(id_count, str) else ", ".join(["%s"] * id_count)
-    sql = (
-        f"INSERT INTO {quote(QueueAttempt._meta.db_table)} ({columns}) "
-        f"SELECT {selected} FROM {quote(meta.db_table)} WHERE {pk} IN ({placeholders})"
-    )
+    source = f"FROM {quote(meta.db_table)} WHERE {pk} IN ({placeholders})"
+    sql = f"{_insert_into(using)} SELECT {selected} {source}"
     if fenced:
         sql += f" AND {column('queue_token')} = %s AND {column('queue_finished_at')} = %s"
     return sql

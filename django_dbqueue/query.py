@@ -661,8 +661,8 @@ class QueueQuerySetMixin:
         label, worker = self.model._meta.label, claim.worker_id
         if not history:
             written: list[Any] = []
-        elif row is None:
-            written = _copied_attempts_params(label, worker, keys, -claim.token, finished)
+        elif row is None:  # the INSERT … SELECT of copy_attempts_statement(fenced=True)
+            written = [label, worker, *keys, -claim.token, finished]
         else:
             adapt = connection.ops.adapt_datetimefield_value
             written = _attempt_values_params(
@@ -896,13 +896,6 @@ def _block_params(
     if locks:
         params += [*next_key, token]
     return params
-
-
-def _copied_attempts_params(
-    label: Any, worker: Any, keys: Sequence[Any], negated: Any, finished: Any
-) -> list[Any]:
-    """The values of a batch block's history, an ``INSERT … SELECT`` of the rows written."""
-    return [label, worker, *keys, negated, finished]
 
 
 def _attempt_values_params(
