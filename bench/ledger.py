@@ -40,7 +40,7 @@ INSERT = (
 )
 
 
-def connect(db: str | None = DB) -> MySQLdb.Connection:
+def connect(db: str | None = DB, client_flag: int = 0) -> MySQLdb.Connection:
     kwargs = {
         "host": os.environ.get("BENCH_DB_HOST", "127.0.0.1"),
         "port": int(os.environ.get("BENCH_DB_PORT", "3306")),
@@ -48,6 +48,7 @@ def connect(db: str | None = DB) -> MySQLdb.Connection:
         "password": os.environ.get("BENCH_DB_PASSWORD", ""),
         "charset": "utf8mb4",
         "autocommit": True,
+        "client_flag": client_flag,
     }
     if db:
         kwargs["database"] = db

@@ -6,10 +6,12 @@
     python bench/raw.py work --mode MODE --procs P
 
 Modes: ``claim1`` (claim 1 row, ack it), ``claim100`` (claim 100, ack each with its own
-UPDATE + commit), ``batch`` (claim 100, one ack UPDATE for the whole batch). A claim is
-one transaction (``SELECT id … ORDER BY priority DESC, run_at, id LIMIT n FOR UPDATE SKIP
-LOCKED``, ``UPDATE … WHERE id IN (…)``, commit), like django_dbqueue's; acks are fenced by
-the claim's token. Workers poll every 50 ms when idle and stop on SIGTERM.
+UPDATE + commit), ``batch`` (claim 100, one ack UPDATE for the whole batch), ``atomic``
+(claim 100, then per job the statements DESIGN.md's atomic mode requires, the way
+django_dbqueue sends them on MariaDB: see :data:`ATOMIC_BLOCK`). A claim is one transaction
+(``SELECT id … ORDER BY priority DESC, run_at, id LIMIT n FOR UPDATE SKIP LOCKED``,
+``UPDATE … WHERE id IN (…)``, commit), like django_dbqueue's; acks are fenced by the claim's
+token. Workers poll every 50 ms when idle and stop on SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from MySQLdb.constants import CLIENT
 
 from bench import ledger
 
@@ -42,14 +47,56 @@ DDL = """CREATE TABLE IF NOT EXISTS job (
     KEY job_claim (state, priority DESC, run_at)
 ) ENGINE=InnoDB"""
 
+#: The attempt history of the ``atomic`` mode: django_dbqueue's table (columns and indexes).
+ATTEMPT_DDL = """CREATE TABLE IF NOT EXISTS attempt (
+    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    model VARCHAR(100) NOT NULL,
+    object_id VARCHAR(64) NOT NULL,
+    attempt INT UNSIGNED NOT NULL,
+    worker_id VARCHAR(255) NOT NULL,
+    enqueued_at DATETIME(6) NULL,
+    due_at DATETIME(6) NULL,
+    claimed_at DATETIME(6) NULL,
+    finished_at DATETIME(6) NOT NULL,
+    outcome VARCHAR(16) NOT NULL,
+    error LONGTEXT NOT NULL,
+    KEY attempt_row (model, object_id),
+    KEY attempt_finished (finished_at)
+) ENGINE=InnoDB"""
+
+#: The lock of a job's row in ``atomic`` mode: the first statement of its transaction, fenced
+#: by the claim's token (it changes nothing; the session counts it as matched).
+ATOMIC_LOCK = "UPDATE job SET token = token WHERE id = {job} AND token = {token}"
+
+#: One job's end in ``atomic`` mode, in one round trip: its fenced success, its attempt row
+#: (only if the success was written), the commit, and the lock of the claim's next job, which
+#: opens that job's transaction (a failed lock is swallowed: that job then locks for itself).
+#: The same statements as django_dbqueue's block (django_dbqueue.pipeline), minus its
+#: Python: the server's clock instead of literals, no reading of the result.
+ATOMIC_BLOCK = (
+    "BEGIN NOT ATOMIC "
+    "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), locked_until = NULL, "
+    "token = -token WHERE id = {job} AND token = {token}; "
+    "IF ROW_COUNT() > 0 THEN INSERT INTO attempt (model, object_id, attempt, worker_id, "
+    "enqueued_at, due_at, claimed_at, finished_at, outcome, error) VALUES ('raw.job', '{job}', "
+    "{attempt}, '{worker}', '{run_at}', '{run_at}', '{claimed_at}', UTC_TIMESTAMP(6), "
+    "'succeeded', ''); END IF; "
+    "COMMIT; "
+    "{lock_next}"
+    "END"
+)
+ATOMIC_LOCK_NEXT = "BEGIN DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; {lock}; END; "
+
 CLAIM = (
-    "SELECT id FROM job WHERE state = 'ready' AND run_at <= UTC_TIMESTAMP(6) "
+    "SELECT {columns} FROM job WHERE state = 'ready' AND run_at <= UTC_TIMESTAMP(6) "
     "ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 
 
 def connect():
-    conn = ledger.connect(DB)
+    # Matched rather than changed rows, as Django's sessions count: the atomic mode's lock
+    # changes nothing and must count.
+    conn = ledger.connect(DB, client_flag=CLIENT.FOUND_ROWS)
     conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     return conn
 
@@ -60,6 +107,7 @@ def setup() -> None:
     cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
     cur.execute(f"USE {DB}")
     cur.execute(DDL)
+    cur.execute(ATTEMPT_DDL)
     conn.close()
 
 
@@ -67,6 +115,7 @@ def reset() -> None:
     setup()
     conn = connect()
     conn.cursor().execute("TRUNCATE TABLE job")
+    conn.cursor().execute("TRUNCATE TABLE attempt")
     conn.close()
 
 
@@ -97,12 +146,15 @@ def work(mode: str, worker_id: str) -> int:
     conn = connect()
     cur = conn.cursor()
     size = 1 if mode == "claim1" else 100
+    claim = CLAIM.format(columns="id, run_at, attempts + 1, UTC_TIMESTAMP(6)" if mode == "atomic" else "id")
     done = 0
     while not stopping:
         token = random.getrandbits(62) + 1
         cur.execute("START TRANSACTION")
-        cur.execute(CLAIM, (size,))
-        ids = [row[0] for row in cur.fetchall()]
+        # The atomic mode's attempt rows need the claimed rows' values, as django_dbqueue's do.
+        cur.execute(claim, (size,))
+        rows = cur.fetchall()
+        ids = [row[0] for row in rows]
         if ids:
             marks = ",".join(["%s"] * len(ids))
             cur.execute(
@@ -114,6 +166,10 @@ def work(mode: str, worker_id: str) -> int:
         cur.execute("COMMIT")
         if not ids:
             time.sleep(0.05)
+            continue
+        if mode == "atomic":
+            run_atomic(conn, rows, token, worker_id)
+            done += len(ids)
             continue
         for job_id in ids:
             ledger.record(job_id)  # the no-op handler
@@ -135,13 +191,49 @@ def work(mode: str, worker_id: str) -> int:
     return done
 
 
+def run_atomic(conn: Any, rows: list[tuple[Any, ...]], token: int, worker_id: str) -> None:
+    """One transaction per job, as DESIGN.md's atomic mode: lock its row (fenced), run the
+    handler, write its success and attempt row, commit; each job's end and the next one's
+    lock in one block. ``rows``: (id, run_at, attempt, claimed_at) as claimed."""
+    cur = conn.cursor()
+    cur.execute("SET autocommit = 0")
+    locked = False
+    for index, (job_id, run_at, attempt, claimed_at) in enumerate(rows):
+        if not locked:  # the first job, or the previous block's lock failed: lock it now
+            locked = bool(cur.execute(ATOMIC_LOCK.format(job=job_id, token=token)))
+        if not locked:
+            conn.rollback()
+            continue  # no longer ours (cannot happen while the lease holds)
+        ledger.record(job_id)  # the no-op handler, inside the job's transaction
+        following = rows[index + 1][0] if index + 1 < len(rows) else None
+        lock_next = (
+            ATOMIC_LOCK_NEXT.format(lock=ATOMIC_LOCK.format(job=following, token=token))
+            if following is not None
+            else ""
+        )
+        # The block's count: 1 for the success, 1 for the attempt row, 1 for the next lock.
+        counted = cur.execute(
+            ATOMIC_BLOCK.format(
+                job=job_id,
+                token=token,
+                attempt=attempt,
+                worker=worker_id,
+                run_at=run_at,
+                claimed_at=claimed_at,
+                lock_next=lock_next,
+            )
+        )
+        locked = following is not None and counted == 3
+    cur.execute("SET autocommit = 1")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "action", choices=["setup", "reset", "enqueue-one", "enqueue-bulk", "work", "remaining"]
     )
     parser.add_argument("--n", type=int, default=0)
-    parser.add_argument("--mode", choices=["claim1", "claim100", "batch"], default="batch")
+    parser.add_argument("--mode", choices=["claim1", "claim100", "batch", "atomic"], default="batch")
     parser.add_argument("--procs", type=int, default=1)
     parser.add_argument("--reset", action="store_true", help="empty the table first")
     args = parser.parse_args()

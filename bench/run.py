@@ -57,6 +57,7 @@ OURS_VARIANTS = {
 RAW_VARIANTS = {
     "claim1": "raw SQL, claim 1 (SKIP LOCKED), ack each",
     "claim100": "raw SQL, claim 100, ack each",
+    "atomic": "raw SQL, claim 100, atomic mode's statements per job (one block each)",
     "batch": "raw SQL, claim 100, one ack UPDATE per batch (the limit)",
 }
 
