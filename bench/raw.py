@@ -169,16 +169,15 @@ def work(mode: str, worker_id: str) -> int:
             continue
         if mode == "atomic":
             run_atomic(conn, rows, token, worker_id)
-            done += len(ids)
-            continue
-        for job_id in ids:
-            ledger.record(job_id)  # the no-op handler
-            if mode != "batch":
-                cur.execute(
-                    "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), "
-                    "locked_until = NULL, token = -token WHERE id = %s AND token = %s",
-                    (job_id, token),
-                )  # autocommit: one commit per job
+        else:
+            for job_id in ids:
+                ledger.record(job_id)  # the no-op handler
+                if mode != "batch":
+                    cur.execute(
+                        "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), "
+                        "locked_until = NULL, token = -token WHERE id = %s AND token = %s",
+                        (job_id, token),
+                    )  # autocommit: one commit per job
         if mode == "batch":
             marks = ",".join(["%s"] * len(ids))
             cur.execute(

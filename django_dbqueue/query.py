@@ -666,14 +666,14 @@ class QueueQuerySetMixin:
         else:
             adapt = connection.ops.adapt_datetimefield_value
             written = _attempt_values_params(
-                label,
-                str(row.pk),
-                row.queue_attempts,
-                worker,
-                adapt(row.queue_enqueued_at),
-                adapt(row.queue_run_at),
-                adapt(claim.claimed_at),
-                finished,
+                label=label,
+                object_id=str(row.pk),
+                attempt=row.queue_attempts,
+                worker=worker,
+                enqueued=adapt(row.queue_enqueued_at),
+                due=adapt(row.queue_run_at),
+                claimed=adapt(claim.claimed_at),
+                finished=finished,
             )
         params = _block_params(finished, claim.token, keys, written, next_key, locks=locks)
         return sql, params, finished_at, 2 if history else 1
@@ -761,14 +761,14 @@ class QueueQuerySetMixin:
 
         written = (
             _attempt_values_params(
-                constant(sql_literal(connection, self.model._meta.label)),
-                "'%(ids)d'",
-                "%(attempt)d",
-                constant(sql_literal(connection, claim.worker_id)),
-                "%(enqueued)s",
-                "%(due)s",
-                constant(datetime_literal(connection, claim.claimed_at)),
-                "%(finished)s",
+                label=constant(sql_literal(connection, self.model._meta.label)),
+                object_id="'%(ids)d'",
+                attempt="%(attempt)d",
+                worker=constant(sql_literal(connection, claim.worker_id)),
+                enqueued="%(enqueued)s",
+                due="%(due)s",
+                claimed=constant(datetime_literal(connection, claim.claimed_at)),
+                finished="%(finished)s",
             )
             if history
             else []
@@ -899,6 +899,7 @@ def _block_params(
 
 
 def _attempt_values_params(
+    *,
     label: Any,
     object_id: Any,
     attempt: Any,
@@ -909,7 +910,8 @@ def _attempt_values_params(
     finished: Any,
 ) -> list[Any]:
     """The values of a one-row block's history (``attempt_values_statement``), in the order
-    of ``ATTEMPT_COLUMNS``."""
+    of ``ATTEMPT_COLUMNS``: the one place that order is written, for the parameter and the
+    per-claim text versions of the block (hence by keyword only)."""
     return [label, object_id, attempt, worker, enqueued, due, claimed, finished]
 
 
