@@ -1,20 +1,22 @@
-"""Statements sent on a kept backend cursor, past Django's cursor layers.
+"""Statements sent straight on the driver's connection, past Django's cursor layers.
 
 For every statement, Django's ``connection.cursor()`` makes a new driver cursor and two
 wrappers around it, and its ``execute()`` runs the chain of execute wrappers and, with
-``DEBUG`` or ``assertNumQueries``, the query log. Two statements of this package run so often
-that those layers are a visible share of their cost: the INSERT of a new row (``save()``) and
-the block that ends an atomic-mode job (:mod:`django_dbqueue.pipeline`). Where nothing would
-see the difference (:func:`unobserved`), they go on a cursor of the backend's kept per driver
-connection, after the checks Django's ``cursor()`` makes (health check, connection, thread,
-broken transaction) and with its error translation (``wrap_database_errors`` and the
-backend's own cursor wrapper, which MySQL needs for its integrity errors).
+``DEBUG`` or ``assertNumQueries``, the query log; the driver's cursor then keeps books on a
+result. Two statements of this package run so often that those layers are a visible share of
+their cost, and neither has a result set: the INSERT of a new row (``save()``) and the block
+that ends an atomic-mode job (:mod:`django_dbqueue.pipeline`), both complete text without
+parameters on MySQL/MariaDB. Where nothing would see the difference (:func:`unobserved`),
+they go to mysqlclient's ``query()``, after the checks Django's ``cursor()`` makes (health
+check, connection, thread, broken transaction) and with its error translation
+(``wrap_database_errors``, and the MySQL backend's cursor wrapper's for integrity errors).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db import IntegrityError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 #: Set on this package's own execute wrappers: bookkeeping that a caller of
@@ -32,18 +34,24 @@ def unobserved(connection: BaseDatabaseWrapper, bookkeeping_too: bool = False) -
     return not connection.execute_wrappers
 
 
-def execute(connection: BaseDatabaseWrapper, sql: str) -> Any:
-    """Send ``sql`` (complete text, no parameters) on the kept cursor; returns that cursor
-    (``rowcount``, ``lastrowid``). Only where :func:`unobserved` says so."""
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
+def execute(connection: BaseDatabaseWrapper, sql: str, *, connected: bool = False) -> Any:
+    """Send ``sql`` (complete text, no parameters, no result set) on MySQL/MariaDB; returns
+    mysqlclient's connection, which tells ``affected_rows()`` and ``insert_id()``. Only where
+    :func:`unobserved` says so. ``connected``: the caller has just made the health check and
+    ``ensure_connection()`` itself (``literal()`` needs the driver's connection too)."""
+    if not connected:
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
     connection.validate_thread_sharing()
     connection.validate_no_broken_transaction()
     driver = connection.connection
-    kept = connection.__dict__.get("_dbq_kept_cursor")
     with connection.wrap_database_errors:
-        if kept is None or kept[0] is not driver:
-            kept = connection._dbq_kept_cursor = (driver, connection.create_cursor())
-        cursor = kept[1]
-        cursor.execute(sql)
-    return cursor
+        try:
+            driver.query(sql.encode(driver.encoding))
+        except connection.Database.OperationalError as error:
+            from django.db.backends.mysql.base import CursorWrapper  # needs mysqlclient
+
+            if error.args[0] in CursorWrapper.codes_for_integrityerror:  # as Django's cursor
+                raise IntegrityError(*error.args) from error
+            raise
+    return driver

@@ -30,6 +30,8 @@ Anything unusual (see :func:`insert_plan`) takes Django's path.
 from __future__ import annotations
 
 import datetime
+import decimal
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,6 +48,11 @@ KEPT_PER_FIELD = 32
 #: Longest string kept prepared.
 KEPT_MAX_LENGTH = 200
 
+
+#: Types whose values are never expressions (insert_one() asks the rest).
+PLAIN_VALUE_TYPES = frozenset(
+    {type(None), str, int, bool, float, decimal.Decimal, datetime.datetime, datetime.date}
+)
 
 #: Matches no value by identity.
 NOTHING = object()
@@ -76,10 +83,11 @@ class Shape:
         self.head = f"{plan.statement} ({columns}) VALUES "
         self.marks = "(" + ", ".join(["%s"] * len(kept)) + ")"
         self.sql = self.head + self.marks + plan.returning
+        self._pick = tuple_getter(kept)
 
     def pick(self, cells: Sequence[Any]) -> Sequence[Any]:
         """A row's cells of the columns this statement names."""
-        return cells if self.all else [cells[index] for index in self.kept]
+        return cells if self.all else self._pick(cells)
 
 
 class InsertPlan:
@@ -119,6 +127,10 @@ class InsertPlan:
         )
         self._shapes: dict[tuple[int, ...], Shape] = {}
         self.full = self.shape(())
+        # A new row's nullable queue columns are all None most of the time: that statement
+        # is known, and one itemgetter() call tells it is the one (see insert_one()).
+        self.empty = self.shape(self.nullable)
+        self.all_null = tuple(None for _ in self.nullable)
         # How insert_one() reads each value: where pre_save() returns the attribute and the
         # field is Django's own (so is its descriptor), the value in the instance's __dict__.
         self.reads = tuple(
@@ -140,6 +152,17 @@ class InsertPlan:
         self.pk_col = pk_col
         # An aware UTC time on a UTC connection has a literal of its own (see cell()).
         self.utc_text = self.literal and utc_connection(connection)
+        self.utc_columns = frozenset(
+            index
+            for index, field in enumerate(fields)
+            if self.utc_text and type(field) is models.DateTimeField
+        )
+        # Where every value is the instance's attribute, a new row with its nullable queue
+        # columns NULL (the usual case) is read by two itemgetter() calls on its __dict__.
+        self.all_plain = all(plain for _, _, plain in self.reads)
+        attnames = [field.attname for field in fields]
+        self.read_nullable = tuple_getter([attnames[index] for index in self.nullable])
+        self.read_empty = tuple_getter([attnames[index] for index in self.empty.kept])
         self.kept: tuple[dict[tuple[type, Any], Any], ...] = tuple({} for _ in fields)
         self.last: list[tuple[Any, Any]] = [(NOTHING, None)] * len(fields)
 
@@ -155,9 +178,8 @@ class InsertPlan:
     def cell(self, index: int, value: Any, connection: BaseDatabaseWrapper) -> Any:
         """``value`` of column ``index`` as it goes into the statement: the prepared
         parameter, or on MySQL/MariaDB its literal."""
-        if type(value) is datetime.datetime and value.tzinfo is datetime.UTC and self.utc_text:
-            if type(self.fields[index]) is models.DateTimeField:
-                return utc_literal(value)
+        if type(value) is datetime.datetime and value.tzinfo is datetime.UTC and index in self.utc_columns:
+            return utc_literal(value)
         key = kept_key(value) if self.keeps[index] else None
         if key is not None:
             try:
@@ -186,10 +208,18 @@ class InsertPlan:
         out = []
         append = out.append
         last = self.last
+        utc_columns = self.utc_columns
         try:
             for index, value in zip(columns, values, strict=True):
                 known, cell = last[index]
-                append(cell if value is known else self.cell(index, value, connection))
+                if value is known:
+                    append(cell)
+                elif (
+                    type(value) is datetime.datetime and value.tzinfo is datetime.UTC and index in utc_columns
+                ):
+                    append(utc_literal(value))  # cell()'s first case, without the call
+                else:
+                    append(self.cell(index, value, connection))
         except BinaryValue:
             return None
         return out
@@ -206,20 +236,27 @@ class InsertPlan:
     def insert_one(self, obj: models.Model, connection: BaseDatabaseWrapper) -> bool:
         """INSERT ``obj`` as a new row and set its primary key. False (nothing sent) when a
         value is an expression: Django's path compiles those."""
-        values = []
         row = obj.__dict__
-        for field, attname, plain in self.reads:
-            # A plain pre_save() returns the attribute, which a new row holds in __dict__.
-            value = row[attname] if plain else field.pre_save(obj, True)
-            if hasattr(value, "resolve_expression"):
+        if self.all_plain and self.read_nullable(row) == self.all_null:  # the usual new row
+            shape = self.empty
+            values: Sequence[Any] = self.read_empty(row)
+            if not PLAIN_VALUE_TYPES.issuperset(map(type, values)) and any(
+                hasattr(value, "resolve_expression") for value in values
+            ):
                 return False
-            values.append(value)
-        shape = (
-            self.full
-            if not self.nullable
-            else self.shape(tuple(index for index in self.nullable if values[index] is None))
-        )
-        values = shape.pick(values)
+        else:
+            values = []
+            for field, attname, plain in self.reads:
+                # A plain pre_save() returns the attribute, which a new row holds in __dict__.
+                value = row[attname] if plain else field.pre_save(obj, True)
+                if type(value) not in PLAIN_VALUE_TYPES and hasattr(value, "resolve_expression"):
+                    return False
+                values.append(value)
+            if not self.nullable:
+                shape = self.full
+            else:
+                shape = self.shape(tuple(index for index in self.nullable if values[index] is None))
+            values = shape.pick(values)
         # literal() needs the driver's connection: connect as Django's cursor() would.
         connection.close_if_health_check_failed()
         connection.ensure_connection()
@@ -227,7 +264,13 @@ class InsertPlan:
         if self.literal and cells is not None:
             # Every cell is the driver's literal() of a prepared value (see the module
             # docstring): mysqlclient would build the very same text from parameters.
-            pk = send_text(connection, shape.head + "(" + ", ".join(cells) + ")")
+            sql = shape.head + "(" + ", ".join(cells) + ")"
+            if direct.unobserved(connection):
+                pk = direct.execute(connection, sql, connected=True).insert_id()
+            else:
+                with connection.cursor() as cursor:
+                    cursor.execute(sql)
+                    pk = cursor.lastrowid
         else:
             params = cells if cells is not None else self.params(values, connection, shape.kept)
             with connection.cursor() as cursor:
@@ -240,6 +283,16 @@ class InsertPlan:
             pk = converter(pk, self.pk_col, connection)
         setattr(obj, self.pk_attname, pk)
         return True
+
+
+def tuple_getter(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """``operator.itemgetter(*keys)`` that always returns a tuple (also of one key or none)."""
+    if len(keys) == 1:
+        (key,) = keys
+        return lambda values: (values[key],)
+    if not keys:
+        return lambda values: ()
+    return operator.itemgetter(*keys)
 
 
 _plans: dict[tuple[type[models.Model], str, str], InsertPlan | None] = {}
@@ -285,16 +338,6 @@ def own_pre_save(field: Any) -> bool:
     )
 
 
-def send_text(connection: BaseDatabaseWrapper, sql: str) -> Any:
-    """Send one complete INSERT (no parameters) on MySQL/MariaDB; returns the new key. It goes
-    past Django's cursor layers (:mod:`django_dbqueue.direct`) where nothing would see it."""
-    if direct.unobserved(connection):
-        return direct.execute(connection, sql).lastrowid
-    with connection.cursor() as cursor:
-        cursor.execute(sql)
-        return cursor.lastrowid
-
-
 def queue_null_columns(model: type[models.Model]) -> frozenset[str]:
     """The queue's own columns of ``model`` that a new row may leave out when NULL."""
     from .models import QUEUE_FIELDS, QueueMixin  # models imports this module
@@ -321,8 +364,9 @@ def sql_literal(connection: BaseDatabaseWrapper, prepared: Any) -> str:
 
 def utc_literal(value: datetime.datetime) -> str:
     """What DateTimeField and MySQL's ``adapt_datetimefield_value()`` make of an aware UTC time
-    on a connection in UTC, then ``literal()``: the naive time's ``str()``, quoted."""
-    return f"'{value.replace(tzinfo=None)}'"
+    on a connection in UTC, then ``literal()``: the naive time's ``str()``, quoted. That is
+    the aware time's ``str()`` without its offset, which for ``datetime.UTC`` is "+00:00"."""
+    return f"'{str(value)[:-6]}'"
 
 
 def utc_connection(connection: BaseDatabaseWrapper) -> bool:

@@ -131,7 +131,8 @@ class QueueMixin(models.Model):
                 using=using, force_insert=force_insert
             )  # UPDATE-or-INSERT by the key, or someone else's steps
             return
-        self._prepare_related_fields_for_save(operation_name="save")
+        if _has_related_fields(origin):  # else Django's step is a loop that does nothing
+            self._prepare_related_fields_for_save(operation_name="save")
         using = using or router.db_for_write(origin, instance=self)
         connection = connections[using]
         plan = insert_plan(meta.concrete_model, connection)
@@ -317,8 +318,18 @@ def describe_error(error: BaseException | str) -> str:
 
 
 @functools.cache
+@functools.cache
+def _has_related_fields(model: type[models.Model]) -> bool:
+    """Whether ``_prepare_related_fields_for_save()`` has anything to look at in ``model``: a
+    relation among its concrete fields, or a private field (a GenericForeignKey)."""
+    meta = model._meta
+    return any(field.is_relation for field in meta.concrete_fields) or bool(meta.private_fields)
+
+
+@functools.cache
 def _save_steps_are_djangos(model: type[models.Model]) -> bool:
-    """Whether ``model`` keeps Django's own save steps, which the new-row path stands in for."""
+    """Whether ``model`` keeps Django's own save steps, which the new-row path stands in for
+    (asked once per model: a class's methods are set when it is defined)."""
     return all(
         getattr(model, name) is getattr(models.Model, name)
         for name in ("save_base", "_save_parents", "_save_table", "_do_insert", "_do_update")

@@ -135,7 +135,7 @@ class CommitCarrier:
                 # At a commit the bookkeeping wrappers have nothing to do (deferred_autocommit's
                 # acts outside transactions only; this one's count the commit counts itself),
                 # so the block may go past Django's cursor (django_dbqueue.direct).
-                rowcount = direct.execute(connection, pending.sql).rowcount
+                rowcount = direct.execute(connection, pending.sql).affected_rows()
             else:
                 # Django's cursor: the block is logged and its errors wrapped like any statement's.
                 with connection.cursor() as cursor:

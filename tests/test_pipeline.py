@@ -226,16 +226,16 @@ def test_unobserved_blocks_go_past_djangos_cursor_with_the_claims_constants_as_d
     mariadb, monkeypatch
 ) -> None:
     # No query log and no execute wrapper but the worker's own: each block is text made once
-    # per claim and sent on the kept cursor (django_dbqueue.direct). A worker id full of
+    # per claim and sent on the driver's connection (django_dbqueue.direct). A worker id full of
     # quotes, placeholders and the text's own stand-ins is stored as data.
     jobs = make(AtomicJob, *({"name": str(i)} for i in range(12)))
     assert not connection.queries_logged
     sent: list[str] = []
     execute = direct.execute
 
-    def counting(connection, sql):
+    def counting(connection, sql, **kwargs):
         sent.append(sql)
-        return execute(connection, sql)
+        return execute(connection, sql, **kwargs)
 
     monkeypatch.setattr(direct, "execute", counting)
     stats = Worker(
