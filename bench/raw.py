@@ -6,7 +6,8 @@
     python bench/raw.py work --mode MODE --procs P
 
 Modes: ``claim1`` (claim 1 row, ack it), ``claim100`` (claim 100, ack each with its own
-UPDATE + commit), ``batch`` (claim 100, one ack UPDATE for the whole batch), ``atomic``
+UPDATE + commit), ``batch`` (claim 100, one ack UPDATE for the whole batch), ``batch500``
+(the same with claims of 500, django_dbqueue's largest claim by default), ``atomic``
 (claim 100, then per job the statements DESIGN.md's atomic mode requires, the way
 django_dbqueue sends them on MariaDB: see :data:`ATOMIC_BLOCK`). A claim is one transaction
 (``SELECT id … ORDER BY priority DESC, run_at, id LIMIT n FOR UPDATE SKIP LOCKED``,
@@ -140,12 +141,18 @@ def enqueue_bulk(n: int) -> float:
     return time.perf_counter() - start
 
 
+#: Rows per claim by mode (100 where not named).
+CLAIM_SIZES = {"claim1": 1, "batch500": 500}
+#: Modes that ack a whole batch with one UPDATE.
+BATCH_ACK = frozenset({"batch", "batch500"})
+
+
 def work(mode: str, worker_id: str) -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *a: stopping.append(1))
     conn = connect()
     cur = conn.cursor()
-    size = 1 if mode == "claim1" else 100
+    size = CLAIM_SIZES.get(mode, 100)
     claim = CLAIM.format(columns="id, run_at, attempts + 1, UTC_TIMESTAMP(6)" if mode == "atomic" else "id")
     done = 0
     while not stopping:
@@ -172,13 +179,13 @@ def work(mode: str, worker_id: str) -> int:
         else:
             for job_id in ids:
                 ledger.record(job_id)  # the no-op handler
-                if mode != "batch":
+                if mode not in BATCH_ACK:
                     cur.execute(
                         "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), "
                         "locked_until = NULL, token = -token WHERE id = %s AND token = %s",
                         (job_id, token),
                     )  # autocommit: one commit per job
-        if mode == "batch":
+        if mode in BATCH_ACK:
             marks = ",".join(["%s"] * len(ids))
             cur.execute(
                 "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), "
@@ -232,7 +239,9 @@ def main() -> None:
         "action", choices=["setup", "reset", "enqueue-one", "enqueue-bulk", "work", "remaining"]
     )
     parser.add_argument("--n", type=int, default=0)
-    parser.add_argument("--mode", choices=["claim1", "claim100", "batch", "atomic"], default="batch")
+    parser.add_argument(
+        "--mode", choices=["claim1", "claim100", "batch", "batch500", "atomic"], default="batch"
+    )
     parser.add_argument("--procs", type=int, default=1)
     parser.add_argument("--reset", action="store_true", help="empty the table first")
     args = parser.parse_args()

@@ -59,6 +59,7 @@ RAW_VARIANTS = {
     "claim100": "raw SQL, claim 100, ack each",
     "atomic": "raw SQL, claim 100, atomic mode's statements per job (one block each)",
     "batch": "raw SQL, claim 100, one ack UPDATE per batch (the limit)",
+    "batch500": "raw SQL, claim 500, one ack UPDATE per batch (django_dbqueue's largest claim)",
 }
 
 
@@ -696,7 +697,7 @@ def variants(system: str) -> tuple[str, ...]:
 
 
 def drain_n(plan: Plan, system: str, variant: str) -> int:
-    if variant in ("lease", "lease-nohist", "grouped", "batch"):
+    if variant in ("lease", "lease-nohist", "grouped", "batch", "batch500"):
         return plan.n_fast
     if variant in ("atomic", "atomic-nohist", "claim100"):
         return plan.n_per_job

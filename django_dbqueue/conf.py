@@ -10,8 +10,9 @@ from django.conf import settings as django_settings
 class Settings:
     #: Seconds a claim stays valid unless renewed; a model's ``queue_lease`` wins.
     LEASE: float = 300.0
-    #: Most rows claimed per claim statement by ``runqueue`` (``--batch-size`` fixes a size).
-    BATCH_SIZE: int = 100
+    #: Most rows claimed per claim statement by ``runqueue`` (``--batch-size`` fixes a size);
+    #: how many fit is judged by ``BATCH_SECONDS``.
+    BATCH_SIZE: int = 500
     #: Seconds of work a worker claims at once, judged by how long its recent jobs of the
     #: model took (batching.py): big batches of fast jobs, small batches of slow ones.
     BATCH_SECONDS: float = 0.1

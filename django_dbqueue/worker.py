@@ -91,7 +91,7 @@ class Worker:
         self.models = list(models) if models else queue_models()
         if not self.models:
             raise ImproperlyConfigured("no QueueMixin models are installed: nothing to consume")
-        # None: per model (settings.BATCH_SIZE for lease mode, a small claim for atomic mode).
+        # None: per model (batching.ClaimSizer, after a first claim of default_batch_size()).
         self.batch_size = batch_size
         self.burst = burst
         self.max_jobs = max_jobs
@@ -756,13 +756,21 @@ def atomic_group(model: type[QueueMixin]) -> int:
     return max(int(getattr(model, "queue_atomic_group", 1) or 1), 1) if model.queue_atomic else 1
 
 
+#: The first claim of a lease-mode model, before its jobs were timed (DBQUEUE_BATCH_SIZE
+#: if smaller). Later claims take as many rows as fit in DBQUEUE_BATCH_SECONDS, up to
+#: DBQUEUE_BATCH_SIZE: for fast jobs the claim's locking scan is the larger cost per job, and
+#: it is paid once per claim.
+FIRST_LEASE_CLAIM = 100
+
+
 def default_batch_size(model: type[QueueMixin]) -> int:
     """Rows claimed at once when --batch-size is not given, until the worker has timed a batch
     of the model (then batching.ClaimSizer decides).
 
-    Lease mode writes a batch's successes in one statement, so big batches pay. An atomic
-    model's jobs may be slow (they hold a transaction each): its first claim is small, so one
-    worker does not sit on rows that idle workers could run."""
+    Lease mode writes a batch's successes in one statement, so big batches pay; still, until
+    the jobs were timed, it claims no more than FIRST_LEASE_CLAIM rows. An atomic model's jobs
+    may be slow (they hold a transaction each): its first claim is small, so one worker does
+    not sit on rows that idle workers could run."""
     if model.queue_atomic:
         return max(10, atomic_group(model))
-    return settings.BATCH_SIZE
+    return min(settings.BATCH_SIZE, FIRST_LEASE_CLAIM)

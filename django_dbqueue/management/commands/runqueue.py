@@ -75,7 +75,11 @@ class Command(BaseCommand):
             "--batch-size",
             type=positive_int,
             default=None,
-            help=f"Rows claimed at once (default {settings.BATCH_SIZE}; atomic models: 10 or their group).",
+            help=(
+                "Rows claimed at once (default: as many as fit in DBQUEUE_BATCH_SECONDS of work by the"
+                f" time the jobs took, at most {settings.BATCH_SIZE}; the first claim 100, atomic models"
+                " 10 or their group)."
+            ),
         )
         parser.add_argument(
             "--burst",
