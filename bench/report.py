@@ -264,10 +264,12 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
         add("### Claim cost on a wide domain table")
         add("")
         add(
-            "`WideJob` is an order-like table (customer, e-mail, address, notes, totals…) with QueueMixin. "
-            "It is filled with finished (SUCCEEDED) rows from `seq_1_to_N`, then "
-            f"{2 * plan['claims'] * 100:,} "
-            f"ready rows are added; the median of {plan['claims']} claims of 100 rows is shown. "
+            "`WideJob` is an order-like table (customer, e-mail, address, notes, totals…) with QueueMixin, "
+            "one table per level. Each is filled with finished (SUCCEEDED) rows from `seq_1_to_N`, then "
+            f"{(2 * plan['claims'] + 1) * 100:,} ready rows are added. Then {plan['claims']} rounds "
+            "each claim 100 rows from every table in a shuffled order, django_dbqueue's `claim(100)` and "
+            "the raw SQL claim in turn, so the levels share the same minutes of the shared machine; "
+            "medians are shown. "
             "'Reads' are the session's Handler_read_* counters for one whole claim (SELECT … FOR UPDATE "
             "SKIP LOCKED + UPDATE by id + commit), i.e. index entries/rows the server touched."
         )
@@ -285,10 +287,15 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
             )
         levels = results["claim_cost"]["levels"]
         if len(levels) > 1 and levels[0]["ms_per_claim"]:
+            last = levels[-1]
+            if "ratio_to_first" in last:
+                ratio, how = last["ratio_to_first"], "median of the rounds' ratios"
+            else:  # older results, one table filled level by level: only the medians' ratio
+                ratio, how = last["ms_per_claim"] / levels[0]["ms_per_claim"], "ratio of the medians"
             add("")
             add(
-                f"Claim time at {levels[-1]['finished']:,} finished rows / empty table: "
-                f"**{levels[-1]['ms_per_claim'] / levels[0]['ms_per_claim']:.2f}×** (target ≤ 1.5×)."
+                f"Claim time at {last['finished']:,} finished rows / empty table: **{ratio:.2f}×** "
+                f"({how}; target ≤ 1.5×)."
             )
         add("")
 

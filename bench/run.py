@@ -556,7 +556,7 @@ class Plan:
     trickle: int = 30  # jobs of the pickup-latency trickle
     idle_seconds: float = 4.0  # window in which an idle worker's statements are counted
     levels: str = "0,100000,1000000"  # finished rows of the claim-cost scenario
-    claims: int = 20  # claims timed per level
+    claims: int = 30  # rounds of the claim-cost scenario (a claim per level and system each)
 
 
 def make_plan(args: argparse.Namespace) -> Plan:

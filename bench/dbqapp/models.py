@@ -34,7 +34,7 @@ class GroupedJob(QueueMixin):
         ledger.record(self.pk)
 
 
-class WideJob(QueueMixin):
+class WideOrder(QueueMixin):
     """A wide domain table (an order) that is also a queue: for the claim-cost scenario."""
 
     customer_id = models.BigIntegerField(default=0, db_index=True)
@@ -48,7 +48,24 @@ class WideJob(QueueMixin):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta(QueueMixin.Meta):
-        pass
+        abstract = True
 
     def process(self) -> None:
         ledger.record(self.pk)
+
+
+# One table per level of finished rows, so that the claims of all levels can be timed in turns
+# within the same minutes: a claim is mostly its commit, whose cost drifts with the shared machine.
+class WideJob(WideOrder):
+    """The wide table of the first level (no finished rows by default)."""
+
+
+class WideJobMid(WideOrder):
+    """The wide table of the second level (100,000 finished rows by default)."""
+
+
+class WideJobLarge(WideOrder):
+    """The wide table of the third level (1,000,000 finished rows by default)."""
+
+
+WIDE_TABLES: tuple[type[WideOrder], ...] = (WideJob, WideJobMid, WideJobLarge)

@@ -12,11 +12,11 @@ import time
 from typing import Any
 
 from django.apps import apps
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from bench.dbqapp.models import WideJob
+from bench.dbqapp.models import WIDE_TABLES
 from django_dbqueue.states import QueueState
 
 HANDLER_READS = (
@@ -35,9 +35,8 @@ def handler_reads(cursor: Any) -> int:
     return sum(int(value) for name, value in cursor.fetchall() if name in HANDLER_READS)
 
 
-def fill_finished(cursor: Any, count: int) -> None:
-    """Add ``count`` finished (SUCCEEDED) wide rows in one INSERT … SELECT from a sequence."""
-    table = WideJob._meta.db_table
+def fill_finished(cursor: Any, table: str, count: int) -> None:
+    """Add ``count`` finished (SUCCEEDED) wide rows to ``table`` by INSERT … SELECT from a sequence."""
     done = 0
     while done < count:
         step = min(200_000, count - done)
@@ -58,60 +57,79 @@ def fill_finished(cursor: Any, count: int) -> None:
 
 
 def claim_cost(levels: list[int], claims: int) -> dict[str, Any]:
-    table = WideJob._meta.db_table
-    out: dict[str, Any] = {"levels": []}
+    """Time ``claims`` claims of 100 rows per level, ours and raw SQL, the levels taking turns.
+
+    Each level has its own table (``WIDE_TABLES``), filled first; then every round claims once
+    from each table with django_dbqueue and once in raw SQL, so a slow minute of the shared
+    machine (a claim is mostly its commit) falls on all levels alike instead of on one.
+    """
+    if len(levels) > len(WIDE_TABLES):
+        raise CommandError(f"at most {len(WIDE_TABLES)} levels (one wide table each), got {levels}")
+    models = WIDE_TABLES[: len(levels)]
+    timings = {model: {"ours": [], "ours_reads": [], "raw": [], "raw_reads": []} for model in models}
     with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE TABLE {table}")
-        finished = 0
-        for level in levels:
-            fill_finished(cursor, level - finished)
-            finished = level
-            WideJob.objects.exclude(queue_state=QueueState.SUCCEEDED).delete()
+        for model, level in zip(models, levels, strict=True):
+            table = model._meta.db_table
+            cursor.execute(f"TRUNCATE TABLE {table}")
+            fill_finished(cursor, table, level)
             with transaction.atomic():
-                WideJob.objects.bulk_create([WideJob() for _ in range(2 * claims * 100)], batch_size=1000)
+                # 100 rows per timed claim, ours and raw, and 100 for the untimed claim below
+                ready = (2 * claims + 1) * 100
+                model.objects.bulk_create([model() for _ in range(ready)], batch_size=1000)
             cursor.execute(f"ANALYZE TABLE {table}")
             cursor.fetchall()
-            overhead = -handler_reads(cursor) + handler_reads(cursor)
-            ours, ours_reads = [], []
-            for i in range(claims):
+        overhead = -handler_reads(cursor) + handler_reads(cursor)
+        with CaptureQueriesContext(connection) as captured:
+            models[0].objects.claim(100, "bench-claim")  # untimed: the statement for EXPLAIN
+        select_sql = next(q["sql"] for q in captured.captured_queries if "SKIP LOCKED" in q["sql"])
+        for i in range(claims):
+            order = list(models)
+            random.shuffle(order)  # no level always right after another one's commit
+            for model in order:
+                times = timings[model]
                 before = handler_reads(cursor)
                 start = time.perf_counter()
-                if i == 0:
-                    with CaptureQueriesContext(connection) as captured:
-                        rows = WideJob.objects.claim(100, "bench-claim")
-                    select_sql = next(
-                        q["sql"] for q in captured.captured_queries if "SKIP LOCKED" in q["sql"]
-                    )
-                else:
-                    rows = WideJob.objects.claim(100, "bench-claim")
-                ours.append((time.perf_counter() - start) * 1000)
-                ours_reads.append(handler_reads(cursor) - before - overhead)
+                rows = model.objects.claim(100, "bench-claim")
+                times["ours"].append((time.perf_counter() - start) * 1000)
+                times["ours_reads"].append(handler_reads(cursor) - before - overhead)
                 assert len(rows) == 100, len(rows)
-            raw, raw_reads = [], []
-            for i in range(claims):
                 before = handler_reads(cursor)
                 start = time.perf_counter()
-                raw_claim(cursor, table, i)
-                raw.append((time.perf_counter() - start) * 1000)
-                raw_reads.append(handler_reads(cursor) - before - overhead)
-            cursor.execute("EXPLAIN " + select_sql.replace("FOR UPDATE SKIP LOCKED", ""))
+                raw_claim(cursor, model._meta.db_table, i)
+                times["raw"].append((time.perf_counter() - start) * 1000)
+                times["raw_reads"].append(handler_reads(cursor) - before - overhead)
+        out: dict[str, Any] = {"levels": [], "rounds": claims}
+        for model, level in zip(models, levels, strict=True):
+            table = model._meta.db_table
+            cursor.execute(
+                "EXPLAIN "
+                + select_sql.replace(models[0]._meta.db_table, table).replace("FOR UPDATE SKIP LOCKED", "")
+            )
             columns = [c[0] for c in cursor.description]
             plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
             cursor.execute(f"SELECT COUNT(*) FROM {table}")
             total = cursor.fetchone()[0]
+            times = timings[model]
             out["levels"].append(
                 {
                     "finished": level,
+                    "table": table,
                     "rows": total,
-                    "ms_per_claim": statistics.median(ours),
-                    "reads_per_claim": statistics.median(ours_reads),
-                    "raw_ms_per_claim": statistics.median(raw),
-                    "raw_reads_per_claim": statistics.median(raw_reads),
+                    "ms_per_claim": statistics.median(times["ours"]),
+                    "reads_per_claim": statistics.median(times["ours_reads"]),
+                    "raw_ms_per_claim": statistics.median(times["raw"]),
+                    "raw_reads_per_claim": statistics.median(times["raw_reads"]),
+                    # per round: this level's claim time over the first level's in the same round
+                    "ratio_to_first": statistics.median(
+                        mine / first
+                        for mine, first in zip(times["ours"], timings[models[0]]["ours"], strict=True)
+                    ),
                     "plan": [{k: p.get(k) for k in ("type", "key", "rows", "Extra")} for p in plan],
-                    "sql": select_sql,
+                    "sql": select_sql.replace(models[0]._meta.db_table, table),
                 }
             )
-        cursor.execute(f"TRUNCATE TABLE {table}")
+        for model in models:
+            cursor.execute(f"TRUNCATE TABLE {model._meta.db_table}")
     return out
 
 
