@@ -318,7 +318,6 @@ def describe_error(error: BaseException | str) -> str:
 
 
 @functools.cache
-@functools.cache
 def _has_related_fields(model: type[models.Model]) -> bool:
     """Whether ``_prepare_related_fields_for_save()`` has anything to look at in ``model``: a
     relation among its concrete fields, or a private field (a GenericForeignKey)."""

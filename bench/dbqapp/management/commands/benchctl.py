@@ -101,10 +101,8 @@ def claim_cost(levels: list[int], claims: int) -> dict[str, Any]:
         out: dict[str, Any] = {"levels": [], "rounds": claims}
         for model, level in zip(models, levels, strict=True):
             table = model._meta.db_table
-            cursor.execute(
-                "EXPLAIN "
-                + select_sql.replace(models[0]._meta.db_table, table).replace("FOR UPDATE SKIP LOCKED", "")
-            )
+            level_sql = select_sql.replace(models[0]._meta.db_table, table)  # the same claim, its table
+            cursor.execute("EXPLAIN " + level_sql.replace("FOR UPDATE SKIP LOCKED", ""))
             columns = [c[0] for c in cursor.description]
             plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
             cursor.execute(f"SELECT COUNT(*) FROM {table}")
@@ -125,7 +123,7 @@ def claim_cost(levels: list[int], claims: int) -> dict[str, Any]:
                         for mine, first in zip(times["ours"], timings[models[0]]["ours"], strict=True)
                     ),
                     "plan": [{k: p.get(k) for k in ("type", "key", "rows", "Extra")} for p in plan],
-                    "sql": select_sql.replace(models[0]._meta.db_table, table),
+                    "sql": level_sql,
                 }
             )
         for model in models:
