@@ -24,8 +24,10 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -93,11 +95,21 @@ CLAIM = (
     "ORDER BY priority DESC, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 
+#: The success of one job, fenced by its claim's token (modes ``claim1``, ``claim100``).
+ACK_ONE = (
+    "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), locked_until = NULL, "
+    "token = -token WHERE id = %s AND token = %s"
+)
 
-def connect():
+#: The claim's columns in ``atomic`` mode: its attempt rows need the claimed rows' values, as
+#: django_dbqueue's do.
+ATOMIC_CLAIM_COLUMNS = "id, run_at, attempts + 1, UTC_TIMESTAMP(6)"
+
+
+def connect(db: str = DB):
     # Matched rather than changed rows, as Django's sessions count: the atomic mode's lock
     # changes nothing and must count.
-    conn = ledger.connect(DB, client_flag=CLIENT.FOUND_ROWS)
+    conn = ledger.connect(db, client_flag=CLIENT.FOUND_ROWS)
     conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     return conn
 
@@ -153,24 +165,12 @@ def work(mode: str, worker_id: str) -> int:
     conn = connect()
     cur = conn.cursor()
     size = CLAIM_SIZES.get(mode, 100)
-    claim = CLAIM.format(columns="id, run_at, attempts + 1, UTC_TIMESTAMP(6)" if mode == "atomic" else "id")
+    claim = CLAIM.format(columns=ATOMIC_CLAIM_COLUMNS if mode == "atomic" else "id")
     done = 0
     while not stopping:
         token = random.getrandbits(62) + 1
-        cur.execute("START TRANSACTION")
-        # The atomic mode's attempt rows need the claimed rows' values, as django_dbqueue's do.
-        cur.execute(claim, (size,))
-        rows = cur.fetchall()
+        rows = claim_batch(cur, claim, size, token, worker_id)
         ids = [row[0] for row in rows]
-        if ids:
-            marks = ",".join(["%s"] * len(ids))
-            cur.execute(
-                "UPDATE job SET state = 'running', token = %s, locked_by = %s, "
-                "locked_until = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, attempts = attempts + 1 "
-                f"WHERE id IN ({marks})",
-                (token, worker_id, *ids),
-            )
-        cur.execute("COMMIT")
         if not ids:
             time.sleep(0.05)
             continue
@@ -180,11 +180,7 @@ def work(mode: str, worker_id: str) -> int:
             for job_id in ids:
                 ledger.record(job_id)  # the no-op handler
                 if mode not in BATCH_ACK:
-                    cur.execute(
-                        "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), "
-                        "locked_until = NULL, token = -token WHERE id = %s AND token = %s",
-                        (job_id, token),
-                    )  # autocommit: one commit per job
+                    cur.execute(ACK_ONE, (job_id, token))  # autocommit: one commit per job
         if mode in BATCH_ACK:
             marks = ",".join(["%s"] * len(ids))
             cur.execute(
@@ -197,39 +193,88 @@ def work(mode: str, worker_id: str) -> int:
     return done
 
 
-def run_atomic(conn: Any, rows: list[tuple[Any, ...]], token: int, worker_id: str) -> None:
+def claim_batch(cur: Any, claim: str, size: int, token: int, worker_id: str) -> list[tuple[Any, ...]]:
+    """One claim transaction: up to ``size`` ready rows (the columns of ``claim``, id first)
+    locked with SKIP LOCKED, then RUNNING under ``token`` with one UPDATE, committed."""
+    cur.execute("START TRANSACTION")
+    cur.execute(claim, (size,))
+    rows = list(cur.fetchall())
+    if rows:
+        marks = ",".join(["%s"] * len(rows))
+        cur.execute(
+            "UPDATE job SET state = 'running', token = %s, locked_by = %s, "
+            "locked_until = UTC_TIMESTAMP(6) + INTERVAL 300 SECOND, attempts = attempts + 1 "
+            f"WHERE id IN ({marks})",
+            (token, worker_id, *(row[0] for row in rows)),
+        )
+    cur.execute("COMMIT")
+    return rows
+
+
+class JobEnd(NamedTuple):
+    """One atomic-mode job's values for the statements that end it."""
+
+    job: int
+    token: int
+    attempt: int
+    worker: str
+    run_at: Any
+    claimed_at: Any
+    following: int | None  # the claim's next job, whose lock the end takes; None: the last
+
+
+def send_one(cur: Any, sql: str) -> int:
+    """Run one statement (a block is one) on the cursor ``cur``; the rows it counted."""
+    return cur.execute(sql)
+
+
+@dataclass(frozen=True)
+class AtomicEnd:
+    """How a job's end (success, attempt row, commit, the next job's lock) goes to the server:
+    ``text`` makes the SQL, ``send`` runs it and returns the rows counted, which equal
+    ``counted_when_locked`` when the success, its attempt row and the next lock all matched."""
+
+    name: str
+    text: Callable[[JobEnd], str]
+    counted_when_locked: int = 3
+    send: Callable[[Any, str], int] = send_one
+
+
+def block_text(end: JobEnd) -> str:
+    lock_next = (
+        ATOMIC_LOCK_NEXT.format(lock=ATOMIC_LOCK.format(job=end.following, token=end.token))
+        if end.following is not None
+        else ""
+    )
+    values = end._asdict()
+    del values["following"]
+    return ATOMIC_BLOCK.format(**values, lock_next=lock_next)
+
+
+#: What django_dbqueue sends on MariaDB: one anonymous block per job.
+BLOCK_END = AtomicEnd("block", block_text)
+
+
+def run_atomic(
+    conn: Any, rows: list[tuple[Any, ...]], token: int, worker_id: str, how: AtomicEnd = BLOCK_END
+) -> None:
     """One transaction per job, as DESIGN.md's atomic mode: lock its row (fenced), run the
     handler, write its success and attempt row, commit; each job's end and the next one's
-    lock in one block. ``rows``: (id, run_at, attempt, claimed_at) as claimed."""
+    lock in one round trip (``how``). ``rows``: (id, run_at, attempt, claimed_at) as claimed."""
     cur = conn.cursor()
     cur.execute("SET autocommit = 0")
     locked = False
     for index, (job_id, run_at, attempt, claimed_at) in enumerate(rows):
-        if not locked:  # the first job, or the previous block's lock failed: lock it now
+        if not locked:  # the first job, or the previous end's lock failed: lock it now
             locked = bool(cur.execute(ATOMIC_LOCK.format(job=job_id, token=token)))
         if not locked:
             conn.rollback()
             continue  # no longer ours (cannot happen while the lease holds)
         ledger.record(job_id)  # the no-op handler, inside the job's transaction
         following = rows[index + 1][0] if index + 1 < len(rows) else None
-        lock_next = (
-            ATOMIC_LOCK_NEXT.format(lock=ATOMIC_LOCK.format(job=following, token=token))
-            if following is not None
-            else ""
-        )
-        # The block's count: 1 for the success, 1 for the attempt row, 1 for the next lock.
-        counted = cur.execute(
-            ATOMIC_BLOCK.format(
-                job=job_id,
-                token=token,
-                attempt=attempt,
-                worker=worker_id,
-                run_at=run_at,
-                claimed_at=claimed_at,
-                lock_next=lock_next,
-            )
-        )
-        locked = following is not None and counted == 3
+        end = JobEnd(job_id, token, attempt, worker_id, run_at, claimed_at, following)
+        counted = how.send(cur, how.text(end))
+        locked = following is not None and counted == how.counted_when_locked
     cur.execute("SET autocommit = 1")
 
 
