@@ -10,13 +10,14 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django52 \
-        lint check example bench bench-quick chaos clean
+        lint check example bench bench-quick bench-atomic-ceiling chaos clean
 
 help:
 	@echo "make example   - set up and run the example shop end to end (SQLite; DATABASE_URL=... for others)"
 	@echo "make test      - the whole test suite on MariaDB, PostgreSQL and SQLite (+ lint, checks)"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
+	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
 
 # -- environment ----------------------------------------------------------------------------
 
@@ -81,6 +82,10 @@ bench: venv services $(BENCH_VENV)/.installed
 
 bench-quick: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --quick
+
+# Raw SQL only (no peers, no django_dbqueue): what atomic mode's contract costs (issue #3).
+bench-atomic-ceiling: venv services
+	$(PY) bench/atomic_ceiling.py
 
 # -- example --------------------------------------------------------------------------------
 

@@ -1,0 +1,62 @@
+"""bench/atomic_ceiling.py, the raw-SQL study behind atomic mode's figures in the README, still
+runs and its checks still hold: every job's handler once, every row SUCCEEDED, one attempt row
+per job where a mode writes them (MariaDB only: it measures MariaDB's anonymous blocks)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_dbqueue.pipeline import CommitCarrier
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.django_db
+def test_every_mode_runs_and_checks_its_jobs():
+    if not CommitCarrier.supported("default"):
+        pytest.skip("the study sends MariaDB's BEGIN NOT ATOMIC blocks")
+    settings = connection.settings_dict
+    env = {
+        **os.environ,
+        "BENCH_DB_HOST": settings["HOST"] or "127.0.0.1",
+        "BENCH_DB_PORT": str(settings["PORT"] or 3306),
+        "BENCH_DB_USER": settings["USER"],
+        "BENCH_DB_PASSWORD": settings["PASSWORD"],
+        # Databases of the test run's own: never the ones of a study someone is running.
+        "BENCH_CEILING_DB": "test_bench_ceiling",
+        "BENCH_LEDGER_DB": "test_bench_ceiling_ledger",
+    }
+    result = subprocess.run(
+        [sys.executable, "bench/atomic_ceiling.py", "--procs", "1,2", "--rounds", "1", "--jobs", "300"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = {
+        line.split("|")[1].strip(): line
+        for line in result.stdout.splitlines()
+        if line.startswith("| ") and "jobs/s" not in line
+    }
+    assert set(table) == {"ack", "block", "procedure", "statements", "block-no-history"}
+    assert "(1.00)" in table["ack"]
+
+
+def test_bad_arguments_are_refused():
+    result = subprocess.run(
+        [sys.executable, "bench/atomic_ceiling.py", "--modes", "block,nonsense"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--modes: nonsense" in result.stderr
