@@ -121,44 +121,24 @@ HISTORY_MODES = frozenset({"block", "procedure", "statements"})
 
 def prepare(jobs: int) -> None:
     """Empty tables with ``jobs`` ready rows (due a second ago), the procedure, an empty ledger."""
-    conn = ledger.connect(None)
-    cur = conn.cursor()
-    cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
-    cur.execute(f"USE {DB}")
-    cur.execute(raw.DDL)
-    cur.execute(raw.ATTEMPT_DDL)
-    cur.execute("TRUNCATE TABLE job")
-    cur.execute("TRUNCATE TABLE attempt")
-    cur.execute(procedure_ddl())
-    due = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 1))
-    cur.execute("START TRANSACTION")
-    for first in range(0, jobs, 1000):
-        cur.executemany("INSERT INTO job (run_at) VALUES (%s)", [(due,)] * min(1000, jobs - first))
-    cur.execute("COMMIT")
+    raw.reset(DB)
+    conn = raw.connect(DB)
+    conn.cursor().execute(procedure_ddl())
     conn.close()
+    raw.enqueue_bulk(jobs, DB)
     ledger.reset()
 
 
 def drain(mode: str, index: int, ready: Any) -> None:
     """One worker: claims of 100 until none is left, each job ended the way ``mode`` says."""
-    conn = raw.connect(DB)
-    cur = conn.cursor()
-    worker_id = f"ceiling-{os.getpid()}-{index}"
-    claim = raw.CLAIM.format(columns=raw.ATOMIC_CLAIM_COLUMNS if mode in ENDS else "id")
     ready.wait()
-    while True:
-        token = random.getrandbits(62) + 1
-        rows = raw.claim_batch(cur, claim, 100, token, worker_id)
-        if not rows:
-            break
-        if mode in ENDS:
-            raw.run_atomic(conn, rows, token, worker_id, ENDS[mode])
-            continue
-        for (job_id,) in rows:
-            ledger.record(job_id)  # the no-op handler
-            cur.execute(raw.ACK_ONE, (job_id, token))  # autocommit: one commit per job
-    ledger.flush()
-    conn.close()
+    raw.work(
+        "atomic" if mode in ENDS else "claim100",
+        f"ceiling-{os.getpid()}-{index}",
+        db=DB,
+        until_empty=True,
+        how=ENDS.get(mode),
+    )
 
 
 def run(mode: str, procs: int, jobs: int) -> float:

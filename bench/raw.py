@@ -114,19 +114,19 @@ def connect(db: str = DB):
     return conn
 
 
-def setup() -> None:
+def setup(db: str = DB) -> None:
     conn = ledger.connect(None)
     cur = conn.cursor()
-    cur.execute(f"CREATE DATABASE IF NOT EXISTS {DB}")
-    cur.execute(f"USE {DB}")
+    cur.execute(f"CREATE DATABASE IF NOT EXISTS {db}")
+    cur.execute(f"USE {db}")
     cur.execute(DDL)
     cur.execute(ATTEMPT_DDL)
     conn.close()
 
 
-def reset() -> None:
-    setup()
-    conn = connect()
+def reset(db: str = DB) -> None:
+    setup(db)
+    conn = connect(db)
     conn.cursor().execute("TRUNCATE TABLE job")
     conn.cursor().execute("TRUNCATE TABLE attempt")
     conn.close()
@@ -141,8 +141,8 @@ def enqueue_one(n: int) -> float:
     return time.perf_counter() - start
 
 
-def enqueue_bulk(n: int) -> float:
-    conn = connect()
+def enqueue_bulk(n: int, db: str = DB) -> float:
+    conn = connect(db)
     cur = conn.cursor()
     start = time.perf_counter()
     cur.execute("START TRANSACTION")
@@ -159,10 +159,14 @@ CLAIM_SIZES = {"claim1": 1, "batch500": 500}
 BATCH_ACK = frozenset({"batch", "batch500"})
 
 
-def work(mode: str, worker_id: str) -> int:
+def work(
+    mode: str, worker_id: str, *, db: str = DB, until_empty: bool = False, how: AtomicEnd | None = None
+) -> int:
+    """Drain ``db``'s job table the way ``mode`` says until SIGTERM (or, ``until_empty``, until
+    a claim finds nothing); ``how`` sends an ``atomic`` job's end (default: the block)."""
     stopping = []
     signal.signal(signal.SIGTERM, lambda *a: stopping.append(1))
-    conn = connect()
+    conn = connect(db)
     cur = conn.cursor()
     size = CLAIM_SIZES.get(mode, 100)
     claim = CLAIM.format(columns=ATOMIC_CLAIM_COLUMNS if mode == "atomic" else "id")
@@ -172,10 +176,12 @@ def work(mode: str, worker_id: str) -> int:
         rows = claim_batch(cur, claim, size, token, worker_id)
         ids = [row[0] for row in rows]
         if not ids:
+            if until_empty:
+                break
             time.sleep(0.05)
             continue
         if mode == "atomic":
-            run_atomic(conn, rows, token, worker_id)
+            run_atomic(conn, rows, token, worker_id, how or BLOCK_END)
         else:
             for job_id in ids:
                 ledger.record(job_id)  # the no-op handler
