@@ -193,9 +193,12 @@ def main() -> None:
     unknown = sorted(set(modes) - set(MODES))
     if unknown or "ack" not in modes:
         parser.error(f"--modes: {', '.join(unknown) or 'ack is the baseline and must be in'}")
-    procs = [int(p) for p in args.procs.split(",")]
-    if args.jobs < 100 * max(procs) or args.rounds < 1:
-        parser.error("--jobs must give every process at least one claim of 100; --rounds at least 1")
+    try:
+        procs = [int(p) for p in args.procs.split(",")]
+    except ValueError:
+        parser.error(f"--procs: whole numbers separated by commas, not {args.procs!r}")
+    if min(procs) < 1 or args.jobs < 100 * max(procs) or args.rounds < 1:
+        parser.error("--procs at least 1, --jobs at least one claim of 100 per process, --rounds at least 1")
     rates: dict[tuple[str, int], list[float]] = {}
     ratios: dict[tuple[str, int], list[float]] = {}
     total = args.rounds * len(procs) * len(modes)

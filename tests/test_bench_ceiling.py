@@ -50,13 +50,23 @@ def test_every_mode_runs_and_checks_its_jobs():
     assert "(1.00)" in table["ack"]
 
 
-def test_bad_arguments_are_refused():
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--modes", "block,nonsense"], "--modes: nonsense"),
+        (["--procs", "1,four"], "--procs: whole numbers separated by commas"),
+        (["--procs", "0"], "--procs at least 1"),
+        (["--procs", "4", "--jobs", "300"], "at least one claim of 100 per process"),
+    ],
+)
+def test_bad_arguments_are_refused(args: list[str], message: str):
     result = subprocess.run(
-        [sys.executable, "bench/atomic_ceiling.py", "--modes", "block,nonsense"],
+        [sys.executable, "bench/atomic_ceiling.py", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 2
-    assert "--modes: nonsense" in result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
