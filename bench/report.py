@@ -99,12 +99,17 @@ def medians(results: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def _enqueue_ratio(runs: list[dict[str, Any]], key: str) -> float | None:
+    """The median over the runs of each run's ratio: the median of its paired measurements'
+    ratios (django_dbqueue and raw SQL back to back), or for results written before the
+    pairing, the ratio of the two medians."""
     ratios = []
     for run in runs:
-        ours = next((e[key] for e in run["enqueue"] if e["system"] == "dbqueue"), None)
-        raw = next((e[key] for e in run["enqueue"] if e["system"] == "raw"), None)
-        if ours and raw:
-            ratios.append(ours / raw)
+        ours = next((e for e in run["enqueue"] if e["system"] == "dbqueue"), None)
+        raw = next((e for e in run["enqueue"] if e["system"] == "raw"), None)
+        if ours and ours.get(f"{key}_ratio"):
+            ratios.append(ours[f"{key}_ratio"])
+        elif ours and raw and ours[key] and raw[key]:
+            ratios.append(ours[key] / raw[key])
     return _median(ratios)
 
 
@@ -495,9 +500,11 @@ METHOD = """## How it is measured
   (`Model.objects.bulk_enqueue()`, dj_queue's `enqueue_all()`, ORM `bulk_create` of
   django-tasks-db's rows — it has no bulk API —, raw `executemany` of 1,000 rows per statement).
   django-q2 has no bulk API. Every system is connected to the database before the clock
-  starts. A run's figure is the median of 3 measurements, each on an emptied table, the
+  starts. A run's figure is the median of 5 measurements, each on an emptied table, the
   systems taking turns (one takes well under a second: a single slow moment of the shared
-  machine would decide it).
+  machine would decide it). django_dbqueue and raw SQL are measured back to back in every
+  turn (which goes first alternates), and a run's `save()` and bulk ratios are the medians of
+  those 5 paired ratios: the raw loop alone can differ by half between two turns of one run.
 * **Pickup latency.** One idle worker; jobs are enqueued one at a time with random gaps
   (0.075–0.225 s); latency = handler start − enqueue commit. Before that, the statements the idle
   worker sends are counted for a few seconds (a Django execute wrapper in the benchmark app).

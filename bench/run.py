@@ -365,7 +365,10 @@ def prefill(system: str, variant: str, n: int) -> None:
 #: Measurements per enqueue figure of a run (their median is the figure). One takes well under
 #: a second, so each system is measured this often, the systems taking turns, and a slow
 #: minute of the shared machine falls on all of them rather than deciding one figure.
-ENQUEUE_REPEATS = 3
+ENQUEUE_REPEATS = 5
+#: The pair whose ratio is a target: measured back to back in every repeat (which goes first
+#: alternates), so that each ratio compares the same moments of the shared machine.
+ENQUEUE_PAIR = ("dbqueue", "raw")
 
 
 def enqueue_once(system: str, n_one: int, n_bulk: int) -> dict[str, Any]:
@@ -386,11 +389,16 @@ def enqueue_once(system: str, n_one: int, n_bulk: int) -> dict[str, Any]:
 def enqueue(order: list[str], n_one: int, n_bulk: int) -> list[dict[str, Any]]:
     """The enqueue figures of one run: every system ENQUEUE_REPEATS times, taking turns."""
     measured: dict[str, list[dict[str, Any]]] = {system: [] for system in order}
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for repeat in range(ENQUEUE_REPEATS):
-        for system in order[repeat:] + order[:repeat]:
+        this_repeat: dict[str, dict[str, Any]] = {}
+        for system in paired_turns(order[repeat:] + order[:repeat], first=ENQUEUE_PAIR[repeat % 2]):
             item = attempt(f"enqueue {system}", enqueue_once, system, n_one, n_bulk)
             if item:
                 measured[system].append(item)
+                this_repeat[system] = item
+        if all(system in this_repeat for system in ENQUEUE_PAIR):
+            pairs.append((this_repeat[ENQUEUE_PAIR[0]], this_repeat[ENQUEUE_PAIR[1]]))
     figures = []
     for system, items in measured.items():
         if not items:
@@ -400,9 +408,25 @@ def enqueue(order: list[str], n_one: int, n_bulk: int) -> list[dict[str, Any]]:
             out[f"{kind}_each"] = [item[kind] for item in items]
             known = [rate for rate in out[f"{kind}_each"] if rate is not None]
             out[kind] = statistics.median(known) if known else None
+        if system == ENQUEUE_PAIR[0] and pairs:
+            for kind in ("one", "bulk"):
+                ratios = [ours[kind] / raw[kind] for ours, raw in pairs if ours[kind] and raw[kind]]
+                out[f"{kind}_ratio_each"] = ratios
+                out[f"{kind}_ratio"] = statistics.median(ratios) if ratios else None
         log(f"  enqueue {system}: one-by-one {out['one']:,.0f}/s, bulk {out['bulk'] or 0:,.0f}/s")
         figures.append(out)
     return figures
+
+
+def paired_turns(turns: list[str], first: str) -> list[str]:
+    """``turns`` with ENQUEUE_PAIR's two systems next to each other, ``first`` of them first,
+    where the earlier of the two stood."""
+    if not all(system in turns for system in ENQUEUE_PAIR):
+        return turns
+    second = next(system for system in ENQUEUE_PAIR if system != first)
+    at = min(turns.index(system) for system in ENQUEUE_PAIR)
+    rest = [system for system in turns if system not in ENQUEUE_PAIR]
+    return [*rest[:at], first, second, *rest[at:]]
 
 
 def pickup(system: str, trickle: int, idle_seconds: float) -> dict[str, Any]:
