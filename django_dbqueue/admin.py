@@ -36,13 +36,10 @@ from rangefilter.filters import DateTimeRangeFilter, NumericRangeFilter
 
 from .admin_actions import ActionsAdminMixin
 from .admin_people import PeopleAdminMixin
-from .history import QueueAttempt, history_enabled
-from .messages import ArchivedMessage, Message
-from .models import QUEUE_FIELDS
+from .history import history_enabled
+from .models import QUEUE_FIELDS, ArchivedMessage, Message, QueueAttempt, TaskRecord, WorkerProcess
 from .pagination import EstimatedCountPaginator
-from .registry import WorkerProcess
 from .states import QueueState
-from .task_records import TaskRecord
 
 __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_summary"]
 

@@ -13,19 +13,19 @@ claim still holds, so an outcome after the lease ran out is refused, never writt
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db import router
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
+from . import outcomes
 from .exceptions import Discard, LeaseLost
 from .query import QueueQuerySet
 from .states import QueueState
@@ -159,7 +159,7 @@ class PeopleAdminMixin:
         claim is gone (lease ran out, or the row is not theirs)."""
         me = self.dbqueue_worker_id(request)
         qs = self.dbqueue_write_queryset()
-        row = qs.filter(queue_locked_by=me).adopt(data["pk"], data["token"], worker_id=me)
+        row = outcomes.adopt(self.model, qs.db, data["pk"], data["token"], worker_id=me, holder=me)
         outcome = data["outcome"]
         try:
             if row is None:
@@ -171,7 +171,7 @@ class PeopleAdminMixin:
                 row.mark_failed(MarkedFailed(f"{note} ({me})"))
             elif outcome == "release":
                 row.release()
-            elif not self._dbqueue_defer(row.pk, data["token"], data["defer_until"]):
+            elif not outcomes.defer(self.model, row.pk, row.queue_claim(), data["defer_until"]):
                 raise LeaseLost
         except LeaseLost:
             self.message_user(
@@ -186,22 +186,3 @@ class PeopleAdminMixin:
             _("%(item)s: %(outcome)s.") % {"item": row, "outcome": dict(OutcomeForm.OUTCOMES)[outcome]},
         )
         return True
-
-    def _dbqueue_defer(self, pk: Any, token: int, until: Any) -> bool:
-        """Give the row back due at ``until``, this attempt not counted: one UPDATE fenced
-        by the claim token, so a row whose claim is gone is left alone."""
-        if isinstance(until, timedelta):
-            raise TypeError("defer_until must be a datetime")
-        return (
-            self.dbqueue_write_queryset()
-            .filter(pk=pk, queue_token=token, queue_state=QueueState.RUNNING)
-            .update(
-                queue_state=QueueState.READY,
-                queue_run_at=until,
-                queue_attempts=F("queue_attempts") - 1,
-                queue_token=None,
-                queue_locked_by=None,
-                queue_locked_until=None,
-            )
-            == 1
-        )

@@ -12,11 +12,11 @@ class DbQueueConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from . import checks, signal_handlers, wakeup  # noqa: F401 - registers checks and receivers
+        from . import checks, signal_handlers  # noqa: F401 - registers checks and receivers
 
-        wakeup.connect_signals()  # PostgreSQL: a new READY row wakes listening workers
+        signal_handlers.connect_wakeups()  # PostgreSQL: a new READY row wakes listening workers
 
         # Message handlers live in each app's queue_handlers module.
         autodiscover_modules("queue_handlers")
-        if django.VERSION >= (6, 0):  # django.tasks: connect the task signals' receivers
+        if django.VERSION >= (6, 0):  # django.tasks: the runner of TaskRecord, its receivers
             from . import tasks  # noqa: F401

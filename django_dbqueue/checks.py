@@ -10,6 +10,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
 
+from .backends import backend_for
 from .models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
 from .retry import RetryPolicy
 
@@ -89,7 +90,8 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
     if model.process is QueueMixin.process:
         errors.append(
             checks.Warning(
-                f"{label} does not implement process(): every row it queues will fail.",
+                f"{label} does not implement process(): a worker fails each of its rows at once "
+                "(people can still take them in the admin).",
                 obj=model,
                 id="django_dbqueue.W001",
             )
@@ -136,20 +138,15 @@ def check_databases(databases: Iterable[str] | None = None, **kwargs: Any) -> li
     errors: list[checks.CheckMessage] = []
     for alias in databases or ():
         connection = connections[alias]
-        if connection.vendor != "mysql":
-            continue
+        if not backend_for(alias).skip_locked:
+            continue  # SQLite: one writer at a time, claims are compare-and-set
         connection.ensure_connection()
-        version = connection.mysql_version
-        if connection.mysql_is_mariadb and version < (10, 6):
-            found = "MariaDB {}.{}".format(*version[:2])
-        elif not connection.mysql_is_mariadb and version < (8, 0, 1):
-            found = "MySQL {}.{}.{}".format(*version[:3])
-        else:
+        if connection.features.has_select_for_update_skip_locked:
             continue
         errors.append(
             checks.Error(
-                f"Database '{alias}' is {found}, which has no SELECT ... FOR UPDATE SKIP LOCKED; "
-                "django_dbqueue needs MySQL >= 8.0.1 or MariaDB >= 10.6.",
+                f"Database '{alias}' ({connection.display_name}) has no SELECT ... FOR UPDATE SKIP "
+                "LOCKED; django_dbqueue needs MySQL >= 8.0.1, MariaDB >= 10.6 or PostgreSQL.",
                 id="django_dbqueue.E010",
             )
         )

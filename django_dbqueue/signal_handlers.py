@@ -1,16 +1,19 @@
-"""Default receivers: log what the queue does, lazily formatted.
-
-Successes are logged (at DEBUG) by ``models.record_successes`` itself rather than by a
-receiver: a receiver would make every success of every batch dispatch a signal."""
+"""Default receivers: log what the queue does (lazily formatted), and wake idle workers
+when a READY row is saved where the database can notify them (PostgreSQL)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from django.db import connections
+from django.db.models.signals import post_save
 from django.dispatch import receiver
 
+from .backends import backend_for
+from .models import queue_models
 from .signals import job_claimed, job_failed
+from .states import QueueState
 
 logger = logging.getLogger("django_dbqueue")
 
@@ -42,4 +45,20 @@ def log_failed(sender: Any, row: Any, error: Any, retry_at: Any, **kwargs: Any) 
             row.queue_attempts,
             retry_at.isoformat(),
             summary[0],
+        )
+
+
+def on_queue_row_saved(sender: Any, instance: Any, created: bool, using: str, **kwargs: Any) -> None:
+    if created and instance.queue_state == QueueState.READY:
+        backend_for(using).notify([sender._meta.db_table])
+
+
+def connect_wakeups() -> None:
+    """Connect ``on_queue_row_saved`` for every queue model, where some database can wake
+    workers: elsewhere a receiver would cost every ``save()`` for nothing."""
+    if not any(backend_for(alias).can_notify for alias in connections):
+        return
+    for model in queue_models():
+        post_save.connect(
+            on_queue_row_saved, sender=model, dispatch_uid=f"dbqueue-notify-{model._meta.label}"
         )

@@ -38,9 +38,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 from django.db import models as db_models
 
+from .backends import retry_on_lock_conflicts as retry_on_lock_errors
 from .conf import settings
 from .models import QUEUE_FIELDS, QueueMixin
-from .query import _check_priority, retry_on_lock_errors
+from .query import check_priority as _check_priority
 from .states import QueueState
 
 if TYPE_CHECKING:
@@ -721,7 +722,7 @@ def enqueue_messages(
     from pyspark.sql import functions as sf
 
     from .handlers import NAME
-    from .messages import Message
+    from .models import Message
 
     if not NAME.match(kind):
         raise ValueError(f"message kind {kind!r}: use 1-100 letters, digits and _ . : -")

@@ -23,9 +23,10 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
+from .models import TaskRecord
+from .models.task_record import new_result_id
 from .signals import job_failed, job_succeeded
 from .states import QueueState
-from .task_records import TaskRecord, new_result_id
 
 logger = logging.getLogger("django_dbqueue.tasks")
 
@@ -127,6 +128,9 @@ def run_record(record: TaskRecord) -> None:
         value = task.call(*record.args, **record.kwargs)
     record.return_value = normalize_json(value)
     record.save(update_fields=["return_value", "worker_ids", "started_at"])
+
+
+TaskRecord.runner = run_record
 
 
 @receiver(job_succeeded, sender=TaskRecord, dispatch_uid="django_dbqueue.tasks.finished_ok")

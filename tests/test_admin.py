@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from django_dbqueue import pagination, stats
 from django_dbqueue.admin import describe_queue_state, error_summary
-from django_dbqueue.history import AttemptOutcome, QueueAttempt
+from django_dbqueue.history import AttemptOutcome
+from django_dbqueue.models import QueueAttempt
 from django_dbqueue.states import QueueState
 from tests.testapp.models import Job, Ticket
 
@@ -430,8 +431,8 @@ def test_dashboard_counts(admin_client: Client, rows: dict[str, int]) -> None:
 
 
 def test_dashboard_lists_live_workers_from_the_registry(admin_client: Client, rows: dict[str, int]) -> None:
-    from django_dbqueue import registry
-    from django_dbqueue.registry import WorkerProcess
+    from django_dbqueue.worker import registry
+    from django_dbqueue.models import WorkerProcess
 
     registry.register("host:1", [Ticket], "default")
     registry.register("host:2", [Ticket, Job], "default")
@@ -611,7 +612,7 @@ def test_the_mixin_works_on_a_model_with_a_plain_manager(admin_client: Client) -
 
 
 def test_the_apps_own_models_have_admins(admin_client: Client) -> None:
-    from django_dbqueue.messages import Message
+    from django_dbqueue.models import Message
 
     published = Message.objects.publish("email.send", {"to": "a@example.com"}, key="welcome:1")
     message = Message.objects.get(kind="email.send")

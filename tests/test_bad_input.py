@@ -16,7 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_dbqueue.messages import Message
+from django_dbqueue.models import Message
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.testapp.models import HostileAtomicJob, HostileJob, Ledger

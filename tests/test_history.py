@@ -8,8 +8,8 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from django_dbqueue.history import QueueAttempt
-from django_dbqueue.models import record_successes
+from django_dbqueue.models import QueueAttempt
+from django_dbqueue import outcomes
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.conftest import wait_until
@@ -125,7 +125,7 @@ def test_a_batch_with_a_lost_row_records_the_others_and_their_history_only(histo
     rows = Job.objects.claim(limit=4, worker_id="w1")
     stolen = rows[1]
     Job.objects.filter(pk=stolen.pk).update(queue_token=12345, queue_locked_by="rescuer")
-    lost = record_successes(Job, rows, rows[0]._queue_claim)
+    lost = outcomes.succeed(Job, rows, rows[0].queue_claim())
     assert [row.pk for row in lost] == [stolen.pk]
     states = dict(Job.objects.values_list("pk", "queue_state"))
     assert states.pop(stolen.pk) == "running" and set(states.values()) == {"succeeded"}

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 import django_dbqueue
-from django_dbqueue.messages import Message
+from django_dbqueue.models import Message
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.testapp.models import Ledger

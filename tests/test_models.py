@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.core import checks
 from django.db import models
@@ -19,19 +21,20 @@ def test_every_queue_column_is_prefixed_and_present() -> None:
     names = {f.name for f in Ticket._meta.get_fields()}
     assert set(QUEUE_FIELDS) <= names
     assert all(name.startswith("queue_") for name in QUEUE_FIELDS)
-    assert any(tuple(i.fields[:3]) == CLAIM_INDEX_FIELDS for i in Ticket._meta.indexes)
+    assert any(tuple(i.fields[: len(CLAIM_INDEX_FIELDS)]) == CLAIM_INDEX_FIELDS for i in Ticket._meta.indexes)
     assert Ticket._meta.ordering == ["id"]  # its own Meta composed with ours
 
 
-def test_plain_save_does_not_write_queue_columns_over_a_claim() -> None:
+def test_a_claimed_instance_saves_its_domain_fields_only() -> None:
     ticket = Ticket.objects.create(subject="old")
-    stale = Ticket.objects.get(pk=ticket.pk)  # e.g. an admin form loaded before the claim
     [claimed] = Ticket.objects.claim()
-    stale.subject = "new"
-    stale.save()
+    Ticket.objects.filter(pk=ticket.pk).update(queue_locked_until=claimed.queue_locked_until + timedelta(hours=1))
+    claimed.subject = "new"
+    claimed.save()  # e.g. a handler's self.save() while the keeper renewed the lease
     row = Ticket.objects.get(pk=ticket.pk)
     assert row.subject == "new"
     assert (row.queue_state, row.queue_token) == (QueueState.RUNNING, claimed.queue_token)
+    assert row.queue_locked_until == claimed.queue_locked_until + timedelta(hours=1)
 
 
 def test_handler_save_keeps_the_claim_and_the_outcome_lands() -> None:

@@ -34,34 +34,6 @@ REVIEWED = {
         "DDL/DML on a staging table: identifiers through qn() (quote_name), values by parameters"
     ),
     ("django_dbqueue/spark.py", "_insert_chunk"): "runs enqueue_dataframe's INSERT … SELECT with its params",
-    ("django_dbqueue/history.py", "write_attempts"): (
-        "INSERT of attempt rows: table and column names are module constants through quote_name, "
-        "every value a parameter"
-    ),
-    ("django_dbqueue/history.py", "copy_attempts"): (
-        "INSERT … SELECT from the queue table: identifiers through quote_name, the cast type from "
-        "connection.ops, placeholders counted from the ids; every value a parameter"
-    ),
-    ("django_dbqueue/bulk.py", "send"): (
-        "multi-row INSERT: identifiers through quote_name; values are parameters, or on MySQL/MariaDB "
-        "each value's literal made by mysqlclient's own literal() (the text it would interpolate "
-        "from parameters), never escaped by hand"
-    ),
-    ("django_dbqueue/insert.py", "insert_one"): (
-        "one-row INSERT: identifiers through quote_name; values are parameters, or on MySQL/MariaDB "
-        "each value's literal made by mysqlclient's own literal() (the text it would interpolate "
-        "from parameters), never escaped by hand"
-    ),
-    ("django_dbqueue/query.py", "_update_fenced"): (
-        "runs _fenced_sql(): identifiers through quote_name, one %s per id and per column value"
-    ),
-    ("django_dbqueue/query.py", "_record_successes_in_one_statement"): (
-        "runs _success_block(): identifiers through quote_name, code constants (the state, the "
-        "outcome) and integer ids as digits (integer_ids()); every other value a parameter"
-    ),
-    ("django_dbqueue/query.py", "_lock_held"): (
-        "runs _fenced_sql() plus connection.ops.for_update_sql(); the ids and token are parameters"
-    ),
 }
 
 
@@ -209,7 +181,7 @@ def test_a_hostile_worker_id_given_to_the_python_api_is_stored_as_data_not_run_a
     # not validated, and needs no validation to be safe: the id is a query parameter.
     from django.db import connection
 
-    from django_dbqueue.history import QueueAttempt
+    from django_dbqueue.models import QueueAttempt
     from django_dbqueue.worker import Worker
     from tests.testapp.models import Job
 
@@ -227,7 +199,7 @@ def test_a_hostile_worker_id_given_to_the_python_api_is_stored_as_data_not_run_a
 def test_queue_names_are_validated_where_they_enter(queue) -> None:
     from django.core.management import CommandError, call_command
 
-    from django_dbqueue.messages import Message
+    from django_dbqueue.models import Message
 
     with pytest.raises(ValueError, match="queue name"):
         Message.objects.publish("test.echo", {}, queue=queue)

@@ -204,7 +204,7 @@ def test_enqueue_while_two_workers_drain_the_table(spark, start_worker):
 
 
 def test_enqueue_messages_with_json_payloads(spark):
-    from django_dbqueue.messages import Message
+    from django_dbqueue.models import Message
     from django_dbqueue.spark import enqueue_messages
 
     df = spark.range(1, 1_001).selectExpr(

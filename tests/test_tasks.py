@@ -19,7 +19,7 @@ if django.VERSION >= (6, 0):
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils import timezone
 
-    from django_dbqueue.task_records import TaskRecord
+    from django_dbqueue.models import TaskRecord
     from django_dbqueue.worker import Worker
     from tests.testapp import tasks
 

@@ -119,7 +119,7 @@ def test_handler_raising_system_exit_is_recorded_and_stops_the_worker() -> None:
     Job.objects.bulk_create([Job(name="exit", action="exit")] + [Job(name=str(i)) for i in range(5)])
     worker = Worker(models=[Job], burst=True, handle_signals=False)
     stats = worker.run()
-    assert isinstance(worker._fatal, SystemExit)
+    assert isinstance(worker.fatal, SystemExit)
     exited = Job.objects.get(name="exit")
     # Not an Exception, so outside the retry policy's retry_on: it ends FAILED, reason kept.
     assert exited.queue_state == QueueState.FAILED and "SystemExit: 3" in exited.queue_last_error
@@ -175,7 +175,7 @@ def test_worker_refuses_a_missing_table() -> None:
 
 
 def test_workers_register_beat_and_leave(settings) -> None:
-    from django_dbqueue.registry import WorkerProcess
+    from django_dbqueue.models import WorkerProcess
 
     settings.DBQUEUE_HEARTBEAT_INTERVAL = 0.2
     Job.objects.bulk_create([Job(name=str(i), sleep=0.1) for i in range(8)])
@@ -247,7 +247,7 @@ def test_the_wake_up_receiver_is_connected_only_where_postgresql_is_used() -> No
     from django.db import connections
     from django.db.models.signals import post_save
 
-    from django_dbqueue.wakeup import on_queue_row_saved
+    from django_dbqueue.signal_handlers import on_queue_row_saved
 
     sync_receivers = post_save._live_receivers(Job)[0]
     postgresql = any(connections[alias].vendor == "postgresql" for alias in connections)

@@ -546,7 +546,7 @@ class Harness:
         )
 
     def outcome_workers_since(self, since: datetime) -> set[str]:
-        from django_dbqueue.history import QueueAttempt
+        from django_dbqueue.models import QueueAttempt
 
         try:
             names = (
@@ -693,7 +693,7 @@ class Harness:
     def analyse(self, run_started: datetime) -> dict[str, Any]:
         from django.db.models import Sum
 
-        from django_dbqueue.history import QueueAttempt
+        from django_dbqueue.models import QueueAttempt
         from tests.testapp.models import (
             ChaosArchive,
             ChaosAtomicJob,

@@ -10,12 +10,10 @@ from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router, transaction
 
-from django_dbqueue.history import QueueAttempt
+from django_dbqueue.backends import db_now_plus
 from django_dbqueue.management.arguments import duration, whole_number
-from django_dbqueue.messages import ArchivedMessage, Message
-from django_dbqueue.query import db_now_plus
+from django_dbqueue.models import ArchivedMessage, Message, QueueAttempt, TaskRecord
 from django_dbqueue.states import QueueState
-from django_dbqueue.task_records import TaskRecord
 
 #: Models whose rows belong to the queue itself. Domain rows (an Order) are never deleted.
 OWNED = (Message, TaskRecord)

@@ -17,8 +17,8 @@ from django_dbqueue.conf import settings
 from django_dbqueue.handlers import NAME
 from django_dbqueue.management.arguments import positive_seconds, whole_number
 from django_dbqueue.models import QueueMixin, queue_models
-from django_dbqueue.supervisor import Supervisor
-from django_dbqueue.worker import has_queue_column
+from django_dbqueue.worker.supervisor import Supervisor
+from django_dbqueue.worker.tables import has_queue_column
 
 WORKER_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 

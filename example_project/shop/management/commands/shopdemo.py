@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 from django.db.models import Count, Min
 
-from django_dbqueue.query import DbNow
+from django_dbqueue.backends import DbNow
 from django_dbqueue.states import QueueState
 from shop.models import Customer, Invoice, Order
 

@@ -13,19 +13,17 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db import connections, models, transaction
-from django.db.models.constants import OnConflict
+from django.db import IntegrityError, models, transaction
 from django.db.models.fields.json import KeyTransform
-from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
-from .conf import settings
-from .exceptions import Discard
-from .handlers import NAME, InvalidPayload, get_handler
-from .models import QueueMixin
-from .query import QueueQuerySet
-from .states import QueueState
-from .wakeup import notify
+from ..backends import backend_for
+from ..conf import settings
+from ..exceptions import Discard
+from ..handlers import NAME, InvalidPayload, get_handler
+from ..query import QueueQuerySet
+from ..states import QueueState
+from .mixin import QueueMixin
 
 #: Rows per INSERT statement of publish_many.
 INSERT_CHUNK = 500
@@ -104,32 +102,55 @@ class MessageQuerySet(QueueQuerySet):
         inserted = 0
         with transaction.atomic(using=self.db, savepoint=False):
             for start in range(0, len(built), INSERT_CHUNK):
-                inserted += self._insert_ignore(built[start : start + INSERT_CHUNK])
-            if inserted:
-                notify(self.db, [self.model._meta.db_table])
+                inserted += self._insert_new(built[start : start + INSERT_CHUNK])
+        if inserted:
+            backend_for(self.db).notify([self.model._meta.db_table])
         return inserted
 
     def _insert_one(self, message: Message) -> Published:
         if message.key is None:
             message.save(using=self.db, force_insert=True)  # post_save sends the wake-up
             return Published(message, True)
-        created = self._insert_ignore([message]) == 1
-        if created:
-            notify(self.db, [self.model._meta.db_table])
-        existing = self.model._base_manager.using(self.db).get(kind=message.kind, key=message.key)
-        return Published(existing, created)
+        try:
+            # A savepoint, so that a duplicate key leaves the caller's transaction usable.
+            with transaction.atomic(using=self.db):
+                message.save(using=self.db, force_insert=True)
+        except IntegrityError:
+            existing = (
+                self.model._base_manager.using(self.db).filter(kind=message.kind, key=message.key).first()
+            )
+            if existing is None:
+                raise  # not the (kind, key) constraint: a real error
+            return Published(existing, False)
+        return Published(message, True)
 
-    def _insert_ignore(self, messages: list[Message]) -> int:
-        """One INSERT that skips rows whose (kind, key) exists; returns rows inserted."""
-        fields = [f for f in self.model._meta.concrete_fields if not f.primary_key]
-        query = InsertQuery(self.model, on_conflict=OnConflict.IGNORE)
-        query.insert_values(fields, messages, raw=False)
-        inserted = 0
-        with connections[self.db].cursor() as cursor:
-            for sql, params in query.get_compiler(using=self.db).as_sql():
-                cursor.execute(sql, params)
-                inserted += max(cursor.rowcount, 0)
-        return inserted
+    def _insert_new(self, messages: list[Message]) -> int:
+        """Insert the messages whose (kind, key) does not exist yet; return how many.
+
+        The database skips a duplicate key atomically (``ignore_conflicts``), so racing
+        publishers insert one row. The count leaves out the keys that existed before; a key
+        a concurrent publisher inserts in the same instant may be counted by both."""
+        keys = {(m.kind, m.key) for m in messages if m.key is not None}
+        existing: set[tuple[str, str]] = set()
+        if keys:
+            kinds = {kind for kind, _ in keys}
+            existing = {
+                pair
+                for pair in self.model._base_manager.using(self.db)
+                .filter(kind__in=kinds, key__in=[key for _, key in keys])
+                .values_list("kind", "key")
+                if pair in keys
+            }
+        fresh, seen = [], set(existing)
+        for message in messages:
+            pair = (message.kind, message.key)
+            if message.key is not None:
+                if pair in seen:
+                    continue
+                seen.add(pair)
+            fresh.append(message)
+        self.model._base_manager.using(self.db).bulk_create(fresh, ignore_conflicts=bool(keys))
+        return len(fresh)
 
     def _build(
         self,
@@ -189,11 +210,15 @@ class Message(QueueMixin):
     objects = MessageManager()
 
     class Meta(QueueMixin.Meta):
+        app_label = "django_dbqueue"
         constraints = [models.UniqueConstraint(fields=["kind", "key"], name="dbqueue_message_unique_key")]
         indexes = [
-            models.Index(fields=["queue_state", "-queue_priority", "queue_run_at"], name="dbqueue_msg_claim"),
             models.Index(
-                fields=["queue_state", "queue", "-queue_priority", "queue_run_at"],
+                fields=["queue_state", "-queue_priority", "queue_run_at", "queue_enqueued_at"],
+                name="dbqueue_msg_claim",
+            ),
+            models.Index(
+                fields=["queue_state", "queue", "-queue_priority", "queue_run_at", "queue_enqueued_at"],
                 name="dbqueue_msg_queue_claim",
             ),
             models.Index(fields=["queue_state", "queue_finished_at"], name="dbqueue_msg_finished"),
@@ -238,6 +263,7 @@ class ArchivedMessage(models.Model):
     archived_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        app_label = "django_dbqueue"
         indexes = [
             models.Index(fields=["kind", "key"], name="dbqueue_archive_key"),
             models.Index(fields=["finished_at"], name="dbqueue_archive_finished"),

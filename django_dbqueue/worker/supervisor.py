@@ -1,7 +1,9 @@
 """``Supervisor``: runs N worker processes and keeps them alive (``runqueue --concurrency N``).
 
-Each worker is a forked child in its own process group, so a terminal's Ctrl-C reaches only
-the supervisor, which forwards one SIGTERM (graceful) and, on a second signal, SIGKILLs.
+Each worker is a forked child in the supervisor's process group, so killing the group
+(``kill -9 -PGID``, a container runtime, systemd) stops every worker at once. The children
+ignore SIGINT: a terminal's Ctrl-C reaches the whole group, and only the supervisor acts on
+it, forwarding one SIGTERM (graceful) and, on a second signal, SIGKILL.
 A child that dies unexpectedly is replaced; a child whose handler ignored its timeout
 reports the row over a pipe and exits, and the supervisor records that attempt as failed
 ("timed out") once the child's database session (and its locks) are gone.
@@ -13,7 +15,6 @@ import json
 import logging
 import os
 import select
-import shutil
 import signal
 import sys
 import time
@@ -26,10 +27,12 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
-from .exceptions import JobTimeout, LeaseLost
-from .models import QueueMixin
-from .states import QueueState
-from .worker import Worker, WorkerStats, check_tables
+from .. import outcomes
+from ..exceptions import JobTimeout, LeaseLost
+from ..models import QueueMixin
+from .loop import Worker, WorkerStats
+from .progress import Progress
+from .tables import check_tables
 
 logger = logging.getLogger("django_dbqueue.supervisor")
 
@@ -83,13 +86,14 @@ class Supervisor:
         pid = os.fork()
         if pid == 0:  # the child
             os.close(reader)
-            os.setpgid(0, 0)
+            # Ctrl-C is the supervisor's to handle (it reaches the whole process group).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             code = 1
             try:
                 code = self._child_main(index, writer)
             except ImproperlyConfigured as exc:
                 logger.error("worker process %d stopped: %s", index, exc)
-                os.write(writer, (json.dumps({"fatal": str(exc)}) + "\n").encode())
+                _send(writer, {"fatal": str(exc)})
                 code = EXIT_CONFIG
             except BaseException:
                 logger.exception("worker process %d crashed", index)
@@ -102,7 +106,7 @@ class Supervisor:
         parent = os.getppid()
 
         def send(message: dict[str, Any]) -> None:
-            os.write(writer, (json.dumps(message) + "\n").encode())
+            _send(writer, message)
 
         def hard_timeout(model: type[QueueMixin], pk: Any, token: int, seconds: float) -> None:
             send({"hard_timeout": {"model": model._meta.label, "pk": pk, "token": token, "seconds": seconds}})
@@ -116,7 +120,7 @@ class Supervisor:
         )
         stats = worker.run()
         send({"stats": stats.as_dict()})
-        return 0 if worker._fatal is None else 1
+        return 0 if worker.fatal is None else 1
 
     # -- the supervisor loop ---------------------------------------------------------------
 
@@ -254,7 +258,7 @@ class Supervisor:
         try:
             model = apps.get_model(report["model"])
             using = self.options.get("database") or "default"
-            row = model.queue_queryset(using).adopt(report["pk"], report["token"])
+            row = outcomes.adopt(model, using, report["pk"], report["token"], "supervisor")
             if row is None:
                 return
             row.mark_failed(
@@ -273,66 +277,23 @@ class Supervisor:
 
     # -- progress --------------------------------------------------------------------------
 
-    def _progress_bar(self) -> _Progress | None:
+    def _progress_bar(self) -> Progress | None:
         if not self.progress:
             return None
         models: Sequence[type[QueueMixin]] = self.options.get("models") or []
-        return _Progress(models, self.options.get("database"), self.stdout)
-
-
-class _Progress:
-    """A tqdm bar over the rows still due or running, refreshed about once a second."""
-
-    def __init__(self, models: Sequence[type[QueueMixin]], database: str | None, stdout: TextIO) -> None:
-        from tqdm import tqdm
-
-        self.models = models
-        self.database = database
-        self._next = 0.0
-        self.start = self._remaining()
-        # A pseudo-terminal may report a 0x0 size (e.g. under `script`), and tqdm hides a bar
-        # on a screen with no rows: fall back to 100x24.
-        size = shutil.get_terminal_size((100, 24))
-        self.bar = tqdm(
-            total=self.start,
-            unit="job",
-            file=stdout,
-            desc="draining",
-            ncols=min(size.columns or 100, 120),
-            nrows=size.lines or 24,
-        )
-        connections.close_all()
-
-    def _remaining(self) -> int:
-        total = 0
-        for model in self.models:
-            qs = model.queue_queryset(self.database or "default")
-            total += qs.ready().count() + qs.filter(queue_state=QueueState.RUNNING).count()
-        return total
-
-    def refresh_from_db(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if now < self._next and not force:
-            return
-        self._next = now + 1.0
-        try:
-            remaining = self._remaining()
-        except DatabaseError:
-            return
-        finally:
-            connections.close_all()
-        if remaining > self.start:  # more was enqueued meanwhile
-            self.bar.total = self.bar.n + remaining
-            self.start = self.bar.total
-        self.bar.update(max(self.start - remaining - self.bar.n, 0))
-
-    def close(self) -> None:
-        self.refresh_from_db(force=True)
-        self.bar.close()
+        return Progress(models, self.options.get("database"), self.stdout)
 
 
 def _kill(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
+        pass
+
+
+def _send(writer: int, message: dict[str, Any]) -> None:
+    """Report to the supervisor; if it is gone (killed), there is nobody to tell."""
+    try:
+        os.write(writer, (json.dumps(message) + "\n").encode())
+    except OSError:  # BrokenPipeError: the supervisor died first
         pass

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .conf import settings
+from ..conf import settings
 
 #: Weight of the newest batch in the moving average of the time per job.
 SMOOTHING = 0.3
@@ -46,3 +46,26 @@ class ClaimSizer:
         self._seconds_per_job[model] = (
             sample if previous is None else previous + SMOOTHING * (sample - previous)
         )
+
+
+#: The first claim of a lease-mode model, before its jobs were timed (DBQUEUE_BATCH_SIZE
+#: if smaller). Later claims take as many rows as fit in DBQUEUE_BATCH_SECONDS, up to
+#: DBQUEUE_BATCH_SIZE: for fast jobs the claim is the larger cost per job, paid once per claim.
+FIRST_LEASE_CLAIM = 100
+
+
+def atomic_group(model: type) -> int:
+    """Jobs per transaction in atomic mode (``queue_atomic_group``); 1 in lease mode."""
+    if not getattr(model, "queue_atomic", False):
+        return 1
+    return max(int(getattr(model, "queue_atomic_group", 1) or 1), 1)
+
+
+def default_batch_size(model: type) -> int:
+    """Rows claimed at once until the worker has timed a batch of the model.
+
+    An atomic model's jobs may be slow (they hold a transaction each): its first claim is
+    small, so one worker does not sit on rows that idle workers could run."""
+    if getattr(model, "queue_atomic", False):
+        return max(10, atomic_group(model))
+    return min(settings.BATCH_SIZE, FIRST_LEASE_CLAIM)

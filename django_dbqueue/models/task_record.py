@@ -6,15 +6,18 @@ Django 5.2; running a record needs Django 6.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import models
 from django.utils.crypto import get_random_string
 
-from .conf import settings
-from .models import QueueMixin, describe_error
-from .retry import ExponentialBackoff, RetryPolicy
+from ..conf import settings
+from ..exceptions import Discard
+from ..outcomes import describe_error
+from ..retry import ExponentialBackoff, RetryPolicy
+from .mixin import QueueMixin
 
 
 def new_result_id() -> str:
@@ -56,13 +59,15 @@ class TaskRecord(QueueMixin):
     queue_retry = SettingsRetry()
 
     class Meta(QueueMixin.Meta):
+        app_label = "django_dbqueue"
         verbose_name = "task"
         indexes = [
             models.Index(
-                fields=["queue_state", "-queue_priority", "queue_run_at"], name="dbqueue_task_claim"
+                fields=["queue_state", "-queue_priority", "queue_run_at", "queue_enqueued_at"],
+                name="dbqueue_task_claim",
             ),
             models.Index(
-                fields=["queue_state", "queue", "-queue_priority", "queue_run_at"],
+                fields=["queue_state", "queue", "-queue_priority", "queue_run_at", "queue_enqueued_at"],
                 name="dbqueue_task_queue_claim",
             ),
         ]
@@ -70,10 +75,15 @@ class TaskRecord(QueueMixin):
     def __str__(self) -> str:
         return f"{self.task_path} [{self.pk}]"
 
-    def process(self) -> None:
-        from .tasks import run_record
+    #: Runs a record's task: set by :mod:`django_dbqueue.tasks` when it is imported (the app
+    #: imports it on Django >= 6.0, where ``django.tasks`` exists).
+    runner: ClassVar[Callable[[TaskRecord], None] | None] = None
 
-        run_record(self)
+    def process(self) -> None:
+        runner = type(self).runner
+        if runner is None:
+            raise Discard("django.tasks tasks run on Django 6.0 or later")
+        runner(self)
 
     def queue_failure_fields(self, error: BaseException | str) -> dict[str, Any]:
         kind = type(error) if isinstance(error, BaseException) else RuntimeError

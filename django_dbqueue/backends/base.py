@@ -1,0 +1,86 @@
+"""What every database does the same way, and the questions each backend answers for itself.
+
+The rest of the package never looks at ``connection.vendor``: it asks :func:`backend_for`
+(in ``backends/__init__.py``) and calls the answer's methods. The claim protocol itself is
+portable ORM code (``query.py``); a backend only says what differs underneath it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+logger = logging.getLogger("django_dbqueue.backends")
+
+
+class QueueBackend:
+    """The generic answers; a vendor's subclass overrides what it does differently."""
+
+    vendor = "generic"
+
+    #: Rows are locked by ``SELECT … FOR UPDATE SKIP LOCKED``; without it, a claim is a
+    #: compare-and-set UPDATE under the database's single-writer lock (SQLite).
+    skip_locked = True
+
+    #: The claim orders by primary key last (first in, first out among rows of equal
+    #: priority and due time). On InnoDB the key ends every secondary index, so that order
+    #: is free; elsewhere it costs a sort of every due row, and the enqueue time
+    #: (``queue_enqueued_at``) breaks ties instead.
+    order_by_pk = False
+
+    #: Idle workers can be woken by the database (PostgreSQL's LISTEN/NOTIFY); elsewhere
+    #: they poll with an index-only probe.
+    can_notify = False
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[self.alias]
+
+    # -- errors ----------------------------------------------------------------------------
+
+    def is_lock_conflict(self, exc: BaseException) -> bool:
+        """A deadlock or lock-wait timeout: the whole transaction may safely be retried."""
+        return False
+
+    def is_read_only(self, exc: BaseException) -> bool:
+        """The server refuses writes (a replica, a read-only switch-over): wait and reconnect."""
+        return False
+
+    # -- wake-ups --------------------------------------------------------------------------
+
+    def notify(self, tables: Iterable[str]) -> None:
+        """Tell idle workers that ``tables`` have new work (after the current transaction
+        commits). A no-op where the database has no channel for it."""
+
+    def listen(self, tables: Iterable[str], wake: threading.Event, stop: threading.Event) -> None:
+        """Block until ``stop`` is set, setting ``wake`` whenever ``tables`` get work."""
+        raise NotImplementedError(f"{self.vendor} has no notification channel")
+
+    # -- sizes -----------------------------------------------------------------------------
+
+    def table_row_estimate(self, table: str) -> int | None:
+        """The planner's estimate of a table's row count (cheap), or None if unknown."""
+        return None
+
+    def describe(self) -> str:
+        return f"{self.vendor} ({self.alias})"
+
+
+def run_quietly(what: str, operation: Callable[[], Any]) -> Any:
+    """Run an optional database courtesy (a wake-up, an estimate): its failure is logged at
+    DEBUG and ignored, since polling or an exact count covers for it."""
+    from django.db import DatabaseError
+
+    try:
+        return operation()
+    except DatabaseError as exc:
+        logger.debug("%s failed: %s", what, exc)
+        return None

@@ -1,0 +1,47 @@
+"""MySQL 8.0.1+ and MariaDB 10.6+ (mysqlclient, or MySQL Connector/Python)."""
+
+from __future__ import annotations
+
+from .base import QueueBackend, run_quietly
+
+#: ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK.
+LOCK_CONFLICTS = frozenset({1205, 1213})
+#: ER_OPTION_PREVENTS_STATEMENT (``--read-only``), ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION.
+READ_ONLY = frozenset({1290, 1792})
+
+
+def _code(exc: BaseException) -> int | None:
+    # Django re-raises the driver's error with the driver's args: (code, message). MySQL
+    # Connector/Python's errors carry ``errno`` as well.
+    code = getattr(exc, "errno", None)
+    if isinstance(code, int):
+        return code
+    if exc.args and isinstance(exc.args[0], int):
+        return exc.args[0]
+    return None
+
+
+class MySQLBackend(QueueBackend):
+    vendor = "mysql"
+    # InnoDB's secondary index entries end with the primary key: the claim index orders by
+    # it for free.
+    order_by_pk = True
+
+    def is_lock_conflict(self, exc: BaseException) -> bool:
+        return _code(exc) in LOCK_CONFLICTS
+
+    def is_read_only(self, exc: BaseException) -> bool:
+        return _code(exc) in READ_ONLY
+
+    def table_row_estimate(self, table: str) -> int | None:
+        def estimate() -> int | None:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT table_rows FROM information_schema.tables "
+                    "WHERE table_schema = DATABASE() AND table_name = %s",
+                    [table],
+                )
+                row = cursor.fetchone()
+            return None if row is None or row[0] is None else int(row[0])
+
+        return run_quietly("row estimate", estimate)

@@ -1,0 +1,85 @@
+"""PostgreSQL 13+ (psycopg 3 or psycopg2): LISTEN/NOTIFY wakes idle workers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from functools import partial
+
+from django.db import connections, transaction
+
+from .base import QueueBackend, run_quietly
+
+logger = logging.getLogger("django_dbqueue.backends")
+
+CHANNEL = "django_dbqueue"
+#: serialization_failure, deadlock_detected, lock_not_available.
+LOCK_CONFLICTS = frozenset({"40001", "40P01", "55P03"})
+#: read_only_sql_transaction (a hot standby, default_transaction_read_only).
+READ_ONLY = frozenset({"25006"})
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    cause = exc.__cause__ or exc
+    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+
+
+class PostgreSQLBackend(QueueBackend):
+    vendor = "postgresql"
+    can_notify = True
+
+    def is_lock_conflict(self, exc: BaseException) -> bool:
+        return _sqlstate(exc) in LOCK_CONFLICTS
+
+    def is_read_only(self, exc: BaseException) -> bool:
+        return _sqlstate(exc) in READ_ONLY
+
+    def notify(self, tables: Iterable[str]) -> None:
+        connection = self.connection
+        wanted = set(tables)
+        if not connection.in_atomic_block:
+            for table in sorted(wanted):
+                self._send(table)
+            return
+        # One NOTIFY per table per transaction: Django drops its on_commit list on a
+        # rollback, so a table found there is pending exactly while this one may commit.
+        queued = {getattr(entry[1], "dbqueue_table", None) for entry in connection.run_on_commit}
+        for table in sorted(wanted - queued):
+            send = partial(self._send, table)
+            send.dbqueue_table = table  # type: ignore[attr-defined]
+            transaction.on_commit(send, using=self.alias)
+
+    def _send(self, table: str) -> None:
+        def send() -> None:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, table])
+
+        run_quietly("NOTIFY", send)
+
+    def listen(self, tables: Iterable[str], wake: threading.Event, stop: threading.Event) -> None:
+        # A connection of its own, outside Django's per-thread handler, idle in autocommit.
+        wanted = set(tables)
+        wrapper = connections.create_connection(self.alias)
+        try:
+            wrapper.ensure_connection()
+            with wrapper.cursor() as cursor:
+                cursor.execute(f"LISTEN {CHANNEL}")
+            raw = wrapper.connection
+            while not stop.is_set():
+                for note in raw.notifies(timeout=0.5):
+                    if note.payload in wanted:
+                        wake.set()
+                    if stop.is_set():
+                        break
+        finally:
+            wrapper.close()
+
+    def table_row_estimate(self, table: str) -> int | None:
+        def estimate() -> int | None:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)", [table])
+                row = cursor.fetchone()
+            return None if row is None or row[0] is None or row[0] < 0 else int(row[0])
+
+        return run_quietly("row estimate", estimate)

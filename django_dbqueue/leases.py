@@ -1,0 +1,61 @@
+"""A claim's lease: what a worker holds for the rows it took in one claim.
+
+Every outcome is fenced by the claim's token (``queue_token``): a row claimed again gets a
+fresh one, so a worker that lost its claim can never write over the new holder's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+
+def new_token() -> int:
+    """A fresh claim token: random and positive (an outcome stores it negated, a rescue
+    clears it), so a row re-claimed by the same worker never matches its old claim."""
+    return secrets.randbits(62) + 1
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def as_timedelta(value: float | int | timedelta, what: str = "duration") -> timedelta:
+    """Seconds or a timedelta as a positive, finite timedelta (a clear error otherwise)."""
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ValueError(f"{what} must be a finite number of seconds, got {value!r}")
+        try:
+            delta = timedelta(seconds=value)
+        except OverflowError:
+            raise ValueError(f"{what} is out of range: {value!r} seconds") from None
+    else:
+        raise TypeError(f"{what} must be seconds (int/float) or a timedelta, not {value!r}")
+    if delta <= timedelta(0):
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return delta
+
+
+@dataclass
+class Claim:
+    """The rows a worker took in one claim statement share one of these."""
+
+    token: int
+    worker_id: str
+    lease: timedelta
+    using: str
+    #: The database's clock at the claim, and this process's monotonic clock at that moment:
+    #: outcome times come from the database's clock without a round trip each.
+    claimed_at: datetime
+    monotonic_at: float = field(default_factory=time.monotonic)
+
+    def now(self) -> datetime:
+        """The database's time now, estimated from the claim."""
+        return self.claimed_at + timedelta(seconds=time.monotonic() - self.monotonic_at)

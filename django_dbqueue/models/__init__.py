@@ -1,0 +1,32 @@
+"""The queue's models: the ``QueueMixin`` for any domain model, and the app's own tables.
+
+``from django_dbqueue.models import QueueMixin`` works in any project. The app's concrete
+models (``Message``, ``TaskRecord``, ``QueueAttempt``, ``WorkerProcess``,
+``ArchivedMessage``) exist only when ``django_dbqueue`` is in ``INSTALLED_APPS``; without
+it, a system check says what is missing instead of an import error.
+"""
+
+from __future__ import annotations
+
+from django.apps import apps
+
+from .mixin import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
+
+__all__ = ["CLAIM_INDEX_FIELDS", "QUEUE_FIELDS", "QueueMixin", "queue_models"]
+
+if apps.apps_ready and apps.is_installed("django_dbqueue"):
+    from .attempt import QueueAttempt
+    from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
+    from .task_record import TaskRecord
+    from .worker_process import WorkerProcess
+
+    __all__ += [
+        "ArchivedMessage",
+        "Message",
+        "MessageQuerySet",
+        "PayloadField",
+        "QueueAttempt",
+        "TaskRecord",
+        "UndecodablePayload",
+        "WorkerProcess",
+    ]

@@ -1,0 +1,31 @@
+"""``QueueAttempt``: an append-only record of every attempt of every queue row (written by
+:mod:`django_dbqueue.history` through the outcomes)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from ..history import AttemptOutcome
+
+
+class QueueAttempt(models.Model):
+    model = models.CharField(max_length=100, help_text="The queue model's label, e.g. shop.Order.")
+    object_id = models.CharField(max_length=64)
+    attempt = models.PositiveIntegerField()
+    worker_id = models.CharField(max_length=255, blank=True, default="")
+    enqueued_at = models.DateTimeField(null=True)
+    due_at = models.DateTimeField(null=True, help_text="queue_run_at when the row was claimed.")
+    claimed_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        app_label = "django_dbqueue"
+        indexes = [
+            models.Index(fields=["model", "object_id"], name="dbqueue_attempt_row"),
+            models.Index(fields=["finished_at"], name="dbqueue_attempt_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} {self.object_id} attempt {self.attempt}: {self.outcome}"

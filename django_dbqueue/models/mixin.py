@@ -1,0 +1,210 @@
+"""``QueueMixin``: queue state on any model, so the domain row itself is the queue item."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from django.apps import apps
+from django.core import checks
+from django.db import models
+from django.utils import timezone
+
+from .. import outcomes
+from ..conf import settings
+from ..exceptions import Discard, LeaseLost
+from ..leases import Claim, as_timedelta
+from ..query import QueueManager, QueueQuerySet
+from ..retry import ExponentialBackoff, RetryPolicy
+from ..states import QueueState
+
+#: The columns QueueMixin adds; all of them start with ``queue_``.
+QUEUE_FIELDS = (
+    "queue_state",
+    "queue_priority",
+    "queue_run_at",
+    "queue_attempts",
+    "queue_last_error",
+    "queue_last_attempt_at",
+    "queue_locked_by",
+    "queue_locked_until",
+    "queue_token",
+    "queue_enqueued_at",
+    "queue_finished_at",
+)
+
+#: The index the claim needs: its WHERE and ORDER BY, state first so finished rows are
+#: never scanned (checked by a system check; MySQL has no partial indexes).
+CLAIM_INDEX_FIELDS = ("queue_state", "-queue_priority", "queue_run_at", "queue_enqueued_at")
+
+
+class QueueMixin(models.Model):
+    """Makes a model a queue: each row is a queue item, ``process()`` is its handler.
+
+    Adds the columns in ``QUEUE_FIELDS`` and one composite index that serves the claim.
+    New rows are READY and due at once; override ``queue_state`` with
+    ``default=QueueState.IDLE`` for rows that should wait for ``enqueue()``.
+
+    Class attributes a model may set:
+
+    * ``queue_retry`` - a :class:`~django_dbqueue.retry.RetryPolicy` (default
+      ``ExponentialBackoff()``: 8 attempts, 5 s doubling up to an hour);
+    * ``queue_lease`` - seconds a claim is valid unless renewed (``DBQUEUE_LEASE``);
+    * ``queue_atomic`` - run ``process()`` inside the transaction that records its outcome,
+      so its database writes commit exactly once (default False: at-least-once);
+    * ``queue_atomic_group`` - in atomic mode, jobs per transaction (each behind a savepoint);
+    * ``queue_timeout`` - seconds a single ``process()`` may run (default: no limit);
+    * ``queue_history`` - keep a QueueAttempt row per attempt (``DBQUEUE_HISTORY``).
+
+    A subclass that declares its own ``Meta`` must inherit ``QueueMixin.Meta`` or it loses
+    the claim index (a system check says so).
+
+    The row behaves like any Django model. One exception protects a worker's claim: while
+    an instance holds a claim (it came from ``claim()`` and its outcome is not recorded),
+    its ``save()`` without ``update_fields`` writes the domain fields only, so a handler's
+    ``self.save()`` never writes stale queue state over the claim.
+    """
+
+    queue_state = models.CharField(
+        "queue state", max_length=16, choices=QueueState.choices, default=QueueState.READY
+    )
+    queue_priority = models.IntegerField("priority", default=0, help_text="Higher runs first.")
+    queue_run_at = models.DateTimeField(
+        "run at", default=timezone.now, help_text="Earliest time the row may run."
+    )
+    queue_attempts = models.PositiveIntegerField("attempts", default=0)
+    queue_last_error = models.TextField("last error", blank=True, default="")
+    queue_last_attempt_at = models.DateTimeField("last attempt at", null=True, blank=True)
+    queue_locked_by = models.CharField("locked by", max_length=255, null=True, blank=True)
+    queue_locked_until = models.DateTimeField("lease expires", null=True, blank=True)
+    queue_token = models.BigIntegerField("claim token", null=True, blank=True, editable=False)
+    queue_enqueued_at = models.DateTimeField("enqueued at", default=timezone.now)
+    queue_finished_at = models.DateTimeField("finished at", null=True, blank=True)
+
+    objects = QueueManager()
+
+    queue_retry: ClassVar[RetryPolicy] = ExponentialBackoff()
+    queue_lease: ClassVar[float | timedelta | None] = None
+    queue_atomic: ClassVar[bool] = False
+    queue_atomic_group: ClassVar[int] = 1
+    queue_timeout: ClassVar[float | None] = None
+
+    #: The claim this instance holds (set by ``claim()``; cleared when it ends).
+    _queue_claim: Claim | None = None
+
+    class Meta:
+        abstract = True
+        indexes = [models.Index(fields=list(CLAIM_INDEX_FIELDS))]
+
+    # -- the handler -----------------------------------------------------------------------
+
+    def process(self) -> None:
+        """Do this row's work. Raise to fail the attempt (it is retried by ``queue_retry``),
+        raise :class:`~django_dbqueue.exceptions.Discard` to fail for good."""
+        # Fail for good at once: no retry can make a missing handler appear.
+        raise Discard(f"{type(self).__name__}.process() is not implemented: define it on the model")
+
+    # -- saving ----------------------------------------------------------------------------
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if (
+            self._queue_claim is not None
+            and not self._state.adding
+            and self.pk is not None
+            and not args
+            and kwargs.get("update_fields") is None
+            and not kwargs.get("force_insert")
+        ):
+            # A claimed row's queue columns belong to its worker (renewals move the lease
+            # on under this instance's feet): write what the handler may change.
+            deferred = self.get_deferred_fields()
+            kwargs["update_fields"] = [
+                f.attname
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name not in QUEUE_FIELDS and f.attname not in deferred
+            ]
+        super().save(*args, **kwargs)
+
+    # -- queue API for one row -------------------------------------------------------------
+
+    @classmethod
+    def queue_queryset(cls, using: str | None = None) -> QueueQuerySet:
+        """A queue QuerySet over all rows, whatever managers the model declares."""
+        return QueueQuerySet(model=cls, using=using)
+
+    @classmethod
+    def queue_lease_seconds(cls) -> timedelta:
+        return as_timedelta(cls.queue_lease or settings.LEASE, f"{cls.__name__}.queue_lease")
+
+    def enqueue(self, run_at: datetime | timedelta | None = None, priority: int | None = None) -> bool:
+        """Queue this row again (READY, attempts cleared). False if a worker is running it."""
+        using = self._state.db or "default"
+        done = self.queue_queryset(using).filter(pk=self.pk).enqueue(run_at, priority) == 1
+        self.refresh_from_db(using=using, fields=list(QUEUE_FIELDS))
+        self._queue_claim = None
+        return done
+
+    def queue_claim(self) -> Claim:
+        """The claim this instance holds; LeaseLost if it holds none."""
+        if self._queue_claim is None:
+            raise LeaseLost(f"{self._meta.label} pk={self.pk} is not claimed by this process")
+        return self._queue_claim
+
+    def mark_succeeded(self) -> None:
+        """Record success. Raises LeaseLost (writing nothing) if the claim is gone."""
+        claim = self.queue_claim()
+        if outcomes.succeed(type(self), [self], claim):
+            raise LeaseLost(f"{self._meta.label} pk={self.pk}: lease lost, success not recorded")
+        self._queue_claim = None
+
+    def mark_failed(self, error: BaseException | str) -> datetime | None:
+        """Record a failed attempt, keeping its reason (the traceback of an exception).
+
+        Applies ``queue_retry``: returns when the row runs again, or None when it ended
+        FAILED. Raises LeaseLost (writing nothing) if the claim is gone."""
+        retry_at = outcomes.fail(self, self.queue_claim(), error)
+        self._queue_claim = None
+        return retry_at
+
+    def queue_failure_fields(self, error: BaseException | str) -> dict[str, Any]:
+        """Extra domain columns to write with a failure, in the same fenced UPDATE (a hook:
+        e.g. keep a list of errors). The default writes none."""
+        return {}
+
+    def release(self) -> None:
+        """Give the row back unprocessed: READY again, this attempt not counted."""
+        claim = self.queue_claim()
+        if not outcomes.release(type(self), [self.pk], claim):
+            raise LeaseLost(f"{self._meta.label} pk={self.pk}: lease lost, not released")
+        self.queue_state = QueueState.READY
+        self.queue_attempts -= 1
+        self.queue_token = self.queue_locked_by = self.queue_locked_until = None
+        self._queue_claim = None
+
+    def renew_lease(self) -> None:
+        """Extend this row's lease by the claim's lease time."""
+        claim = self.queue_claim()
+        if self.pk not in outcomes.renew(type(self), [self.pk], claim):
+            raise LeaseLost(f"{self._meta.label} pk={self.pk}: lease lost, not renewed")
+        self.queue_locked_until = claim.now() + claim.lease
+
+
+def queue_models() -> list[type[QueueMixin]]:
+    """Every installed concrete QueueMixin model."""
+    return [m for m in apps.get_models() if issubclass(m, QueueMixin) and not m._meta.abstract]
+
+
+@checks.register(checks.Tags.models)
+def check_app_installed(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Registered on import of the mixin, so it runs even when the app's own checks cannot
+    (they are registered by its AppConfig, which exists only once the app is installed)."""
+    if apps.is_installed("django_dbqueue"):
+        return []
+    return [
+        checks.Error(
+            "django_dbqueue is not in INSTALLED_APPS, but a model uses QueueMixin.",
+            hint="Add 'django_dbqueue' to INSTALLED_APPS: the queue's tables (attempt history, "
+            "workers, messages, tasks) and its commands live there.",
+            id="django_dbqueue.E000",
+        )
+    ]

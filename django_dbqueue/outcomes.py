@@ -1,0 +1,310 @@
+"""Every fenced write of queue columns: the one place an attempt's outcome is recorded.
+
+The worker, the admin's "people as consumers" views, the ``django.tasks`` backend and the
+instance methods of ``QueueMixin`` all end an attempt here. Each write names the claim's
+token (``WHERE pk … AND queue_token = <token>``) and checks its row count, so a worker that
+lost its claim never writes over the row's new holder: its late outcome is logged and
+rejected (:class:`~django_dbqueue.exceptions.LeaseLost`).
+
+A success stores the token negated and a retry or a release clears it, so only a live claim
+carries a positive token: the token alone fences, and the statement stays on the primary
+key (no lock on the state index that other workers' outcomes would wait for).
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import models, transaction
+from django.db.models import F
+
+from . import signals
+from .backends import DbNow, aware, retry_on_lock_conflicts
+from .conf import settings
+from .exceptions import Discard, LeaseLost, Retry
+from .history import AttemptOutcome, attempt_for, write_attempts
+from .leases import Claim, as_timedelta
+from .states import QueueState
+
+if TYPE_CHECKING:
+    from .models import QueueMixin
+
+logger = logging.getLogger("django_dbqueue.outcomes")
+
+#: What a claim's outcome clears of the claim on the row.
+_UNCLAIMED = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
+
+
+def _rows(model: type[QueueMixin], using: str) -> models.QuerySet:
+    return model._base_manager.using(using)
+
+
+def fenced(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> models.QuerySet:
+    """The rows of ``ids`` still held by ``claim``."""
+    return _rows(model, claim.using).filter(pk__in=list(ids), queue_token=claim.token)
+
+
+def describe_error(error: BaseException | str) -> str:
+    """The text kept in ``queue_last_error``: the full traceback of an exception."""
+    if isinstance(error, BaseException):
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    else:
+        text = str(error)
+    limit = settings.MAX_ERROR_LENGTH
+    if len(text) > limit:
+        # Keep the end: the innermost frames and the message explain a failure.
+        text = "…[truncated]\n" + text[-limit:]
+    return text
+
+
+def _rejected(row_label: str, pk: Any, what: str, claim: Claim) -> None:
+    logger.warning(
+        "late outcome rejected: %s pk=%s %s on worker %s, but its lease was lost",
+        row_label,
+        pk,
+        what,
+        claim.worker_id,
+    )
+
+
+# -- success ---------------------------------------------------------------------------------
+
+
+def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -> list[QueueMixin]:
+    """Mark ``rows`` (all of ``claim``) SUCCEEDED in one UPDATE, with their attempt rows in
+    the same transaction; return the rows whose claim was lost (nothing written for them)."""
+    if not rows:
+        return []
+    finished_at = claim.now()
+
+    def write() -> set[Any]:
+        ids = [row.pk for row in rows]
+        with transaction.atomic(using=claim.using, savepoint=False):
+            count = fenced(model, ids, claim).update(
+                queue_state=QueueState.SUCCEEDED,
+                queue_token=-claim.token,
+                queue_finished_at=finished_at,
+                queue_locked_until=None,
+                queue_last_error="",
+            )
+            if count == len(ids):
+                written = set(ids)
+            else:
+                written = set(
+                    _rows(model, claim.using)
+                    .filter(pk__in=ids, queue_token=-claim.token)
+                    .values_list("pk", flat=True)
+                )
+            write_attempts(
+                model,
+                claim.using,
+                (
+                    attempt_for(row, AttemptOutcome.SUCCEEDED, finished_at)
+                    for row in rows
+                    if row.pk in written
+                ),
+            )
+        return written
+
+    written = retry_on_lock_conflicts(claim.using, write, "success")
+    lost, won = [], []
+    for row in rows:
+        if row.pk not in written:
+            _rejected(model._meta.label, row.pk, "succeeded", claim)
+            lost.append(row)
+            continue
+        row.queue_state = QueueState.SUCCEEDED
+        row.queue_token = -claim.token
+        row.queue_finished_at = finished_at
+        row.queue_locked_until = None
+        row.queue_last_error = ""
+        won.append(row)
+    if won and signals.job_succeeded.has_listeners(model):
+        transaction.on_commit(
+            lambda: [signals.job_succeeded.send(model, row=row) for row in won], using=claim.using
+        )
+    return lost
+
+
+# -- failure -----------------------------------------------------------------------------------
+
+
+def next_run_at(row: QueueMixin, error: BaseException | str, now: datetime) -> datetime | None:
+    """When a failed attempt runs again by the model's ``queue_retry`` (None: it ends FAILED)."""
+    if isinstance(error, Discard):
+        return None
+    policy = type(row).queue_retry
+    if isinstance(error, Retry) and error.delay is not None:
+        if policy.max_attempts is not None and row.queue_attempts >= policy.max_attempts:
+            return None
+        return now + as_timedelta(error.delay, "Retry.delay")
+    delay = policy.delay(row.queue_attempts, error if isinstance(error, BaseException) else None)
+    return None if delay is None else now + delay
+
+
+def fail(row: QueueMixin, claim: Claim, error: BaseException | str) -> datetime | None:
+    """Record a failed attempt of ``row`` with its reason, applying the retry policy: READY
+    again at the returned time, or FAILED for good (None). Raises LeaseLost if the claim is
+    gone (nothing written)."""
+    model = type(row)
+    now = claim.now()
+    retry_at = next_run_at(row, error, now)
+    text = describe_error(error)
+    values: dict[str, Any] = {"queue_last_error": text, "queue_locked_until": None}
+    if retry_at is None:
+        values.update(queue_state=QueueState.FAILED, queue_finished_at=now, queue_token=-claim.token)
+    else:
+        values.update(queue_state=QueueState.READY, queue_run_at=retry_at, **_UNCLAIMED)
+    values.update(row.queue_failure_fields(error))
+    outcome = AttemptOutcome.FAILED if retry_at is None else AttemptOutcome.RETRIED
+
+    def write() -> int:
+        with transaction.atomic(using=claim.using, savepoint=False):
+            count = fenced(model, [row.pk], claim).update(**values)
+            if count:
+                write_attempts(model, claim.using, [attempt_for(row, outcome, now, text)])
+        return count
+
+    if not retry_on_lock_conflicts(claim.using, write, "failure"):
+        _rejected(model._meta.label, row.pk, "failed", claim)
+        raise LeaseLost(f"{model._meta.label} pk={row.pk}: lease lost, failure not recorded")
+    for name, value in values.items():
+        setattr(row, name, value)
+    if retry_at is None:
+        row.queue_locked_by = claim.worker_id
+    else:
+        row._queue_claim = None
+    transaction.on_commit(
+        lambda: signals.job_failed.send(model, row=row, error=error, retry_at=retry_at), using=claim.using
+    )
+    return retry_at
+
+
+def fail_by_key(model: type[QueueMixin], pk: Any, claim: Claim, reason: str) -> bool:
+    """End a claimed row that cannot even be loaded (its data cannot become an instance)
+    FAILED with ``reason``; no retry can help it. True if the claim still held it."""
+    return bool(
+        fenced(model, [pk], claim).update(
+            queue_state=QueueState.FAILED,
+            queue_last_error=reason,
+            queue_finished_at=claim.now(),
+            queue_token=-claim.token,
+            queue_locked_until=None,
+        )
+    )
+
+
+# -- giving back, holding on ---------------------------------------------------------------------
+
+
+def release(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> int:
+    """Give rows back unprocessed: READY again, the attempt their claim counted undone."""
+    if not ids:
+        return 0
+    return retry_on_lock_conflicts(
+        claim.using,
+        lambda: fenced(model, ids, claim).update(
+            queue_state=QueueState.READY, queue_attempts=F("queue_attempts") - 1, **_UNCLAIMED
+        ),
+        "release",
+    )
+
+
+def defer(model: type[QueueMixin], pk: Any, claim: Claim, until: datetime) -> bool:
+    """Give a row back to run again at ``until``, its attempt not counted."""
+    return bool(
+        fenced(model, [pk], claim).update(
+            queue_state=QueueState.READY,
+            queue_run_at=until,
+            queue_attempts=F("queue_attempts") - 1,
+            **_UNCLAIMED,
+        )
+    )
+
+
+def cancel(model: type[QueueMixin], pk: Any, claim: Claim, reason: str = "") -> bool:
+    """End a claimed row CANCELLED (a person decided it needs no doing)."""
+    return bool(
+        fenced(model, [pk], claim).update(
+            queue_state=QueueState.CANCELLED,
+            queue_last_error=reason,
+            queue_finished_at=claim.now(),
+            queue_token=-claim.token,
+            queue_locked_until=None,
+        )
+    )
+
+
+def renew(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> set[Any]:
+    """Extend the lease of the rows of ``ids`` still held; return their ids."""
+    if not ids:
+        return set()
+    count = fenced(model, ids, claim).update(queue_locked_until=claim.now() + claim.lease)
+    if count == len(ids):
+        return set(ids)
+    return set(fenced(model, ids, claim).values_list("pk", flat=True))
+
+
+def lock_held(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> set[Any]:
+    """Lock the rows of ``ids`` still held by ``claim`` (``SELECT … FOR UPDATE`` in the
+    caller's transaction); return their ids. Atomic mode runs a handler only behind this
+    lock: a rescuer's SKIP LOCKED then passes the row by even if its lease ran out."""
+    return set(fenced(model, ids, claim).select_for_update().values_list("pk", flat=True))
+
+
+def adopt(
+    model: type[QueueMixin], using: str, pk: Any, token: int, worker_id: str, holder: str | None = None
+) -> QueueMixin | None:
+    """Load a RUNNING row by its claim token and hold that claim, to record its outcome on
+    behalf of a worker that is gone (the supervisor) or a person (the admin: ``holder``,
+    the claim must be theirs). None if the claim is over."""
+    rows = _rows(model, using).filter(pk=pk, queue_token=token, queue_state=QueueState.RUNNING)
+    if holder is not None:
+        rows = rows.filter(queue_locked_by=holder)
+    row = rows.annotate(_dbqueue_now=DbNow()).first()
+    if row is None:
+        return None
+    claimed_at = aware(row._dbqueue_now)  # type: ignore[attr-defined]
+    del row._dbqueue_now  # type: ignore[attr-defined]
+    row._queue_claim = Claim(
+        token=token,
+        worker_id=worker_id,
+        lease=model.queue_lease_seconds(),
+        using=using,
+        claimed_at=claimed_at,
+    )
+    return row
+
+
+def after_commit_error(row: QueueMixin, claim: Claim, error: BaseException) -> None:
+    """A hook that ``process()`` registered with ``on_commit()`` raised after the job had
+    committed: the job stays SUCCEEDED (its effects are in), and the error is kept on it."""
+    text = f"succeeded, but an on_commit() hook raised afterwards:\n{describe_error(error)}"
+    _rows(type(row), claim.using).filter(pk=row.pk, queue_token=-claim.token).update(queue_last_error=text)
+    row.queue_last_error = text
+
+
+def succeeded(model: type[QueueMixin], pk: Any, claim: Claim) -> bool:
+    """Whether ``claim`` recorded the row's success (read from the database)."""
+    return _rows(model, claim.using).filter(pk=pk, queue_token=-claim.token).exists()
+
+
+__all__ = [
+    "adopt",
+    "after_commit_error",
+    "cancel",
+    "defer",
+    "describe_error",
+    "fail",
+    "fail_by_key",
+    "fenced",
+    "lock_held",
+    "release",
+    "renew",
+    "succeed",
+    "succeeded",
+]

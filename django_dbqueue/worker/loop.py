@@ -1,0 +1,340 @@
+"""``Worker``: one process's loop of claim -> process -> record outcome.
+
+A plain class, usable without the management command::
+
+    Worker(models=[Order], burst=True).run()
+
+Correctness never depends on this process staying alive: a row it claimed is RUNNING with a
+lease; if the process dies, the lease runs out and any worker's rescue puts the row back.
+While it lives, its lease keeper renews the leases of the rows it holds.
+
+Run inside a transaction (a ``TestCase``), the worker uses that transaction's connection
+and leaves it open: no keeper thread (its own connection could not see the test's rows), no
+wake-up listener, no closing of connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from types import FrameType
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections, router
+
+from .. import signals
+from ..conf import settings
+from ..exceptions import JobTimeout
+from ..leases import as_timedelta, default_worker_id
+from ..models import QueueMixin, queue_models
+from . import registry
+from .jobs import Batch
+from .lease import HardTimeoutHook, LeaseKeeper, Running
+from .sizing import ClaimSizer, atomic_group, default_batch_size
+from .tables import check_tables, has_queue_column
+from .wakeup import Listener
+
+logger = logging.getLogger("django_dbqueue.worker")
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    succeeded: int = 0
+    failed: int = 0  # failed attempts, retried or not
+    released: int = 0
+    lost: int = 0  # outcomes rejected because the claim was lost
+    rescued: int = 0
+
+    @property
+    def processed(self) -> int:
+        return self.succeeded + self.failed
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        models: Sequence[type[QueueMixin]] | None = None,
+        batch_size: int | None = None,
+        burst: bool = False,
+        max_jobs: int | None = None,
+        poll_interval: float | None = None,
+        lease: float | timedelta | None = None,
+        worker_id: str | None = None,
+        database: str | None = None,
+        queues: Sequence[str] | None = None,
+        handle_signals: bool = True,
+        on_hard_timeout: HardTimeoutHook | None = None,
+        parent_pid: int | None = None,
+    ) -> None:
+        self.models = list(models) if models else queue_models()
+        if not self.models:
+            raise ImproperlyConfigured("no QueueMixin models are installed: nothing to consume")
+        self.batch_size = batch_size  # None: per model, by ClaimSizer
+        self.burst = burst
+        self.max_jobs = max_jobs
+        self.poll_interval = poll_interval if poll_interval is not None else settings.POLL_INTERVAL
+        self.lease = as_timedelta(lease, "lease") if lease is not None else None
+        self.worker_id = worker_id or default_worker_id()
+        self.database = database
+        self.queues = list(queues) if queues else None
+        if self.queues:
+            # Only models with a `queue` column (Message, the django.tasks records) have queues.
+            self.models = [m for m in self.models if has_queue_column(m)]
+            if not self.models:
+                raise ImproperlyConfigured(
+                    "--queue needs a model with a 'queue' column, e.g. django_dbqueue.Message"
+                )
+        self.handle_signals = handle_signals
+        self.parent_pid = parent_pid
+        self.stats = WorkerStats()
+        self.fatal: BaseException | None = None
+        self._stopping = threading.Event()
+        self._wake = threading.Event()  # set by stop() and by a notification
+        self._listener: Listener | None = None
+        self._registry_db: str | None = None
+        self.keeper = LeaseKeeper(self.worker_id, lambda: self._registry_db, on_hard_timeout)
+        self._next_rescue = 0.0
+        self._alarm = False
+        self._sizer = ClaimSizer()
+        #: Inside a caller's transaction (a TestCase): see the module's docstring.
+        self.in_transaction = False
+
+    # -- control -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; the running job finishes, unstarted claimed rows are given back."""
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def db_for(self, model: type[QueueMixin]) -> str:
+        return self.database or router.db_for_write(model) or DEFAULT_DB_ALIAS
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> WorkerStats:
+        databases = sorted({self.db_for(model) for model in self.models})
+        self.in_transaction = any(connections[using].in_atomic_block for using in databases)
+        restore = self._install_signals()
+        try:
+            check_tables(self.models, self.database)
+            self._registry_db = self.db_for(self.models[0])
+            registry.register(self.worker_id, self.models, self._registry_db)
+            if not self.in_transaction:
+                self.keeper.start()
+                self._start_listener(databases)
+            logger.info(
+                "worker %s consuming %s%s",
+                self.worker_id,
+                ", ".join(m._meta.label for m in self.models),
+                ", burst" if self.burst else "",
+            )
+            self._loop()
+        finally:
+            self.keeper.stop()
+            if self._listener is not None:
+                self._listener.stop()
+            if restore:
+                restore()
+            if self._registry_db:
+                registry.unregister(self.worker_id, self._registry_db)
+            if not self.in_transaction:
+                connections.close_all()
+        if self.fatal is not None:
+            logger.error("worker %s stopped: a handler raised %r", self.worker_id, self.fatal)
+        logger.info("worker %s done: %s", self.worker_id, self.stats.as_dict())
+        return self.stats
+
+    def _loop(self) -> None:
+        idle_sleep = self._min_sleep()
+        busy = dict.fromkeys(self.models, True)  # a busy model is claimed without a probe first
+        db_failures = 0
+        while not self.stopping:
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                logger.warning("worker %s: supervisor is gone, stopping", self.worker_id)
+                break
+            try:
+                self._maybe_rescue()
+                did_work = False
+                for model in self.models:
+                    if self.stopping or self._quota_left() == 0:
+                        break
+                    qs = model.queue_queryset(self.db_for(model))
+                    if self.queues:
+                        qs = qs.filter(queue__in=self.queues)
+                    if not busy[model] and not qs.has_ready():
+                        continue
+                    rows = qs.claim(
+                        self._claim_size(model), self.worker_id, self.lease or model.queue_lease_seconds()
+                    )
+                    busy[model] = bool(rows)
+                    if rows:
+                        did_work = True
+                        self._run_batch(model, rows)
+                db_failures = 0
+            except (OperationalError, InterfaceError) as exc:
+                if self.in_transaction:
+                    raise
+                # The database went away (restart, killed session, network): rows this
+                # worker held come back through their leases; reconnect with backoff.
+                db_failures += 1
+                pause = min(0.25 * 2**db_failures, 10.0)
+                logger.warning(
+                    "worker %s: database error (%s); reconnecting in %.1fs", self.worker_id, exc, pause
+                )
+                connections.close_all()
+                self._stopping.wait(pause)
+                self._check_tables_after_error()
+                continue
+            if self._quota_left() == 0 or self.fatal is not None:
+                break
+            if did_work:
+                idle_sleep = self._min_sleep()
+                continue
+            if self.burst:
+                break
+            if self._wake.wait(idle_sleep):
+                self._wake.clear()
+                idle_sleep = self._min_sleep()
+                busy = dict.fromkeys(self.models, True)
+                continue
+            idle_sleep = min(idle_sleep * 2, self._idle_ceiling())
+
+    def _run_batch(self, model: type[QueueMixin], rows: list[QueueMixin]) -> None:
+        claim = rows[0].queue_claim()
+        self.stats.claimed += len(rows)
+        signals.job_claimed.send(model, rows=rows, worker_id=self.worker_id)
+        self.keeper.hold(model, claim, [row.pk for row in rows])
+        started = time.monotonic()
+        try:
+            Batch(self, model, rows, claim).run()
+        finally:
+            self.keeper.drop(claim)
+        if not self.stopping:  # a batch cut short says nothing of how long its jobs take
+            self._sizer.observe(model, len(rows), time.monotonic() - started)
+
+    def call(self, row: QueueMixin) -> BaseException | None:
+        """Run one handler; return what it raised (None on success)."""
+        timeout = type(row).queue_timeout
+        running = None
+        if timeout:
+            running = Running(type(row), row.pk, row.queue_claim().token, float(timeout), time.monotonic())
+            self.keeper.running = running
+            if self._alarm:
+                signal.setitimer(signal.ITIMER_REAL, float(timeout))
+        try:
+            row.process()
+            return None
+        except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
+            return exc
+        except BaseException as exc:  # noqa: BLE001 - JobTimeout, SystemExit, KeyboardInterrupt
+            if not isinstance(exc, JobTimeout):
+                # A failed attempt like any other; then this worker stops: the handler asked
+                # the process to exit, and the supervisor decides what follows.
+                self.fatal = exc
+            return exc
+        finally:
+            if running is not None:
+                running.finished = True
+                if self._alarm:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                self.keeper.running = None
+
+    def _check_tables_after_error(self) -> None:
+        """A queue table that is gone is a set-up error, not an outage (SQLite reports it as
+        an OperationalError): raise ImproperlyConfigured instead of reconnecting forever."""
+        try:
+            check_tables(self.models, self.database)
+        except (OperationalError, InterfaceError):
+            pass  # the database is still unreachable: keep waiting for it
+
+    # -- pacing ------------------------------------------------------------------------------
+
+    def _idle_ceiling(self) -> float:
+        # With LISTEN, notifications wake us; polling only catches what sends none: a slower
+        # safety net costs the database less.
+        listening = self._listener is not None and self._listener.listening.is_set()
+        return max(self.poll_interval, 1.0) if listening else self.poll_interval
+
+    def _start_listener(self, databases: list[str]) -> None:
+        if self.burst or len(databases) != 1 or not Listener.supported(databases[0]):
+            return
+        self._listener = Listener(databases[0], [m._meta.db_table for m in self.models], self._wake)
+        self._listener.start()
+
+    def _min_sleep(self) -> float:
+        return max(self.poll_interval / 8, 0.005)
+
+    def _quota_left(self) -> int | None:
+        if self.max_jobs is None:
+            return None
+        return max(self.max_jobs - self.stats.processed - self.stats.lost, 0)
+
+    def _claim_size(self, model: type[QueueMixin]) -> int:
+        size = self.batch_size or self._sizer.size(model, default_batch_size(model), atomic_group(model))
+        left = self._quota_left()
+        return size if left is None else min(size, left)
+
+    def _maybe_rescue(self) -> None:
+        now = time.monotonic()
+        if now < self._next_rescue:
+            return
+        self._next_rescue = now + settings.RESCUE_INTERVAL
+        for model in self.models:
+            self.stats.rescued += model.queue_queryset(self.db_for(model)).rescue_expired()
+
+    # -- signals -----------------------------------------------------------------------------
+
+    def _install_signals(self) -> Callable[[], None] | None:
+        """SIGALRM enforces ``queue_timeout``; SIGTERM/SIGINT stop gracefully when
+        ``handle_signals``. Only the main thread can handle signals; elsewhere the keeper's
+        watch is the only timeout."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        handled = (
+            (signal.SIGTERM, signal.SIGINT, signal.SIGALRM) if self.handle_signals else (signal.SIGALRM,)
+        )
+        previous = {sig: signal.getsignal(sig) for sig in handled}
+
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            if self.stopping:
+                logger.warning("worker %s: second signal, exiting now", self.worker_id)
+                os._exit(128 + signum)
+            logger.info(
+                "worker %s: %s received, finishing the current job (signal again to exit now)",
+                self.worker_id,
+                signal.Signals(signum).name,
+            )
+            self.stop()
+
+        def on_alarm(signum: int, frame: FrameType | None) -> None:
+            running = self.keeper.running
+            if running is not None and not running.finished:
+                raise JobTimeout(f"timed out after {running.timeout:g} s")
+
+        if self.handle_signals:
+            signal.signal(signal.SIGTERM, on_stop)
+            signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGALRM, on_alarm)
+        self._alarm = True
+
+        def restore() -> None:
+            self._alarm = False
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
