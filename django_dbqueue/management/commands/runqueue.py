@@ -17,6 +17,7 @@ from django_dbqueue.conf import settings
 from django_dbqueue.handlers import NAME
 from django_dbqueue.management.arguments import positive_seconds, whole_number
 from django_dbqueue.models import QueueMixin, queue_models
+from django_dbqueue.worker import Worker
 from django_dbqueue.worker.supervisor import Supervisor
 from django_dbqueue.worker.tables import has_queue_column
 
@@ -135,24 +136,31 @@ class Command(BaseCommand):
             raise CommandError(f"Unknown database alias {database!r}.")
         self._configure_logging(options["verbosity"])
         progress = options["burst"] and not options["no_progress"] and sys.stderr.isatty()
-        supervisor = Supervisor(
-            concurrency=options["concurrency"],
-            worker_options={
-                "models": models,
-                "batch_size": options["batch_size"],
-                "burst": options["burst"],
-                "max_jobs": options["max_jobs"],
-                "poll_interval": options["poll_interval"],
-                "lease": options["lease"],
-                "worker_id": options["worker_id"],
-                "database": database,
-                "queues": options["queue"],
-            },
-            progress=progress,
-            stdout=sys.stderr,
-        )
+        worker_options = {
+            "models": models,
+            "batch_size": options["batch_size"],
+            "burst": options["burst"],
+            "max_jobs": options["max_jobs"],
+            "poll_interval": options["poll_interval"],
+            "lease": options["lease"],
+            "worker_id": options["worker_id"],
+            "database": database,
+            "queues": options["queue"],
+        }
         try:
-            totals = supervisor.run()
+            if any(connections[alias].in_atomic_block for alias in connections):
+                # Called inside a transaction (a TestCase): worker processes of their own
+                # could not see its rows, so the one worker runs here, in it.
+                if options["concurrency"] != 1:
+                    raise CommandError("inside a transaction (e.g. a TestCase) runqueue runs one worker.")
+                totals = Worker(**worker_options, handle_signals=False).run()
+            else:
+                totals = Supervisor(
+                    concurrency=options["concurrency"],
+                    worker_options=worker_options,
+                    progress=progress,
+                    stdout=sys.stderr,
+                ).run()
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         if options["verbosity"] >= 1:
