@@ -431,8 +431,8 @@ def test_dashboard_counts(admin_client: Client, rows: dict[str, int]) -> None:
 
 
 def test_dashboard_lists_live_workers_from_the_registry(admin_client: Client, rows: dict[str, int]) -> None:
-    from django_dbqueue.worker import registry
     from django_dbqueue.models import WorkerProcess
+    from django_dbqueue.worker import registry
 
     registry.register("host:1", [Ticket], "default")
     registry.register("host:2", [Ticket, Job], "default")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from django_dbqueue import signals
-from django_dbqueue.worker.sizing import ClaimSizer
 from django_dbqueue.worker import Worker
+from django_dbqueue.worker.sizing import ClaimSizer
 from tests.testapp.models import AtomicJob, GroupedAtomicJob, Job
 
 

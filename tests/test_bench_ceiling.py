@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -10,8 +10,8 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_dbqueue.exceptions import LeaseLost
 from django_dbqueue.backends import DbNow
+from django_dbqueue.exceptions import LeaseLost
 from django_dbqueue.states import QueueState
 from tests.conftest import skip_on_sqlite
 from tests.testapp.models import Job, Ticket

@@ -8,8 +8,8 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from django_dbqueue.models import QueueAttempt
 from django_dbqueue import outcomes
+from django_dbqueue.models import QueueAttempt
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.conftest import wait_until

@@ -28,7 +28,9 @@ def test_every_queue_column_is_prefixed_and_present() -> None:
 def test_a_claimed_instance_saves_its_domain_fields_only() -> None:
     ticket = Ticket.objects.create(subject="old")
     [claimed] = Ticket.objects.claim()
-    Ticket.objects.filter(pk=ticket.pk).update(queue_locked_until=claimed.queue_locked_until + timedelta(hours=1))
+    Ticket.objects.filter(pk=ticket.pk).update(
+        queue_locked_until=claimed.queue_locked_until + timedelta(hours=1)
+    )
     claimed.subject = "new"
     claimed.save()  # e.g. a handler's self.save() while the keeper renewed the lease
     row = Ticket.objects.get(pk=ticket.pk)

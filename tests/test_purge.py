@@ -8,8 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_dbqueue.models import QueueAttempt
-from django_dbqueue.models import ArchivedMessage, Message
+from django_dbqueue.models import ArchivedMessage, Message, QueueAttempt
 from django_dbqueue.states import QueueState
 
 pytestmark = pytest.mark.django_db(transaction=True)
