@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import models, transaction
 from django.db.models import F
+from django.dispatch import Signal
 
 from . import signals
 from .backends import DbNow, aware, retry_on_lock_conflicts
@@ -69,6 +70,21 @@ def _rejected(row_label: str, pk: Any, what: str, claim: Claim) -> None:
         what,
         claim.worker_id,
     )
+
+
+def announce(signal: Signal, model: type[QueueMixin], **kwargs: Any) -> None:
+    """Send an outcome's signal once it is committed: a receiver that raises is logged, and
+    neither the worker nor the other receivers are stopped by it."""
+    for _receiver, response in signal.send_robust(model, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "a receiver of %s raised for %s pk=%s: %r",
+                "job_succeeded" if signal is signals.job_succeeded else "job_failed",
+                model._meta.label,
+                kwargs["row"].pk,
+                response,
+                exc_info=response,
+            )
 
 
 # -- success ---------------------------------------------------------------------------------
@@ -125,7 +141,7 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
         won.append(row)
     if won and signals.job_succeeded.has_listeners(model):
         transaction.on_commit(
-            lambda: [signals.job_succeeded.send(model, row=row) for row in won], using=claim.using
+            lambda: [announce(signals.job_succeeded, model, row=row) for row in won], using=claim.using
         )
     return lost
 
@@ -137,7 +153,7 @@ def next_run_at(row: QueueMixin, error: BaseException | str, now: datetime) -> d
     """When a failed attempt runs again by the model's ``queue_retry`` (None: it ends FAILED)."""
     if isinstance(error, Discard):
         return None
-    policy = type(row).queue_retry
+    policy = row.queue_retry_policy()
     if isinstance(error, Retry) and error.delay is not None:
         if policy.max_attempts is not None and row.queue_attempts >= policy.max_attempts:
             return None
@@ -179,7 +195,8 @@ def fail(row: QueueMixin, claim: Claim, error: BaseException | str) -> datetime 
     else:
         row._queue_claim = None
     transaction.on_commit(
-        lambda: signals.job_failed.send(model, row=row, error=error, retry_at=retry_at), using=claim.using
+        lambda: announce(signals.job_failed, model, row=row, error=error, retry_at=retry_at),
+        using=claim.using,
     )
     return retry_at
 

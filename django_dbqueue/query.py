@@ -273,7 +273,6 @@ class QueueQuerySetMixin:
     def _rescue(self, limit: int) -> int:
         using, model = self.db, self.model
         rows = model._base_manager.using(using)
-        max_attempts = model.queue_retry.max_attempts
         with transaction.atomic(using=using):
             expired = list(
                 rows.filter(queue_state=QueueState.RUNNING, queue_locked_until__lt=DbNow())
@@ -291,7 +290,7 @@ class QueueQuerySetMixin:
             )
             if not expired:
                 return 0
-            dead = {row.pk for row in expired if max_attempts and row.queue_attempts >= max_attempts}
+            dead = {row.pk for row in expired if _attempts_used_up(row)}
             unclaimed = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
             if back := [row.pk for row in expired if row.pk not in dead]:
                 rows.filter(pk__in=back).update(
@@ -305,7 +304,7 @@ class QueueQuerySetMixin:
                 rows.filter(pk__in=list(dead)).update(
                     queue_state=QueueState.FAILED,
                     queue_finished_at=DbNow(),
-                    queue_last_error=f"lease expired on the last allowed attempt ({max_attempts}); "
+                    queue_last_error="lease expired on the last allowed attempt; "
                     "the worker stopped renewing its claim",
                     **unclaimed,
                 )
@@ -327,6 +326,11 @@ class QueueQuerySetMixin:
                 " -> FAILED" if row.pk in dead else "",
             )
         return len(expired)
+
+
+def _attempts_used_up(row: QueueMixin) -> bool:
+    most = row.queue_retry_policy().max_attempts
+    return bool(most) and row.queue_attempts >= most  # type: ignore[operator]
 
 
 class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):

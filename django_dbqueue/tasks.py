@@ -5,7 +5,15 @@
                          "OPTIONS": {"database": "default"}}}
 
 Tasks are ``TaskRecord`` rows consumed by ``manage.py runqueue`` with the same claims,
-leases, fencing and retries as every queue model (``DBQUEUE_TASK_RETRY`` sets the policy).
+leases, fencing and outcomes as every queue model. Like Django's own backends, a task that
+raises ends FAILED; retries are opt-in, for all tasks (``DBQUEUE_TASK_RETRY``) or for one::
+
+    from django_dbqueue.retry import ExponentialBackoff
+    from django_dbqueue.tasks import retry
+
+    @retry(ExponentialBackoff(max_attempts=5))
+    @task
+    def send_invoice(invoice_id): ...
 """
 
 from __future__ import annotations
@@ -15,16 +23,18 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, router, transaction
 from django.dispatch import receiver
+from django.tasks import task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-from django.tasks.exceptions import TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
-from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
+from .exceptions import Discard
 from .models import TaskRecord
-from .models.task_record import new_result_id
+from .models.task_record import TASK_RETRY_POLICIES, new_result_id
+from .retry import RetryPolicy
 from .signals import job_failed, job_succeeded
 from .states import QueueState
 
@@ -38,6 +48,18 @@ STATUS = {
     QueueState.FAILED: TaskResultStatus.FAILED,
     QueueState.CANCELLED: TaskResultStatus.FAILED,
 }
+
+
+def retry(policy: RetryPolicy) -> Any:
+    """Give one task a retry policy: ``@retry(ExponentialBackoff(...))`` above ``@task``."""
+
+    def register(task: Task) -> Task:
+        if not isinstance(task, Task):
+            raise TypeError(f"@retry() goes above @task, on a Task, not on {task!r}")
+        TASK_RETRY_POLICIES[task.module_path] = policy
+        return task
+
+    return register
 
 
 class DatabaseBackend(BaseTaskBackend):
@@ -64,8 +86,10 @@ class DatabaseBackend(BaseTaskBackend):
             kwargs=normalize_json(dict(kwargs)),
             takes_context=task.takes_context,
             queue_priority=task.priority,
-            queue_run_at=task.run_after or timezone.now(),
+            run_after=task.run_after,
         )
+        if task.run_after is not None:
+            record.queue_run_at = task.run_after
         using = self._db()
         record.save(using=using, force_insert=True)
         result = to_task_result(record, task)
@@ -81,32 +105,51 @@ class DatabaseBackend(BaseTaskBackend):
         return to_task_result(record)
 
 
-def _task_of(record: TaskRecord) -> Task:
-    task = import_string(record.task_path)
+def task_of(record: TaskRecord) -> Task:
+    """The task a record runs, as it was enqueued; ``Discard`` (with the reason) when the
+    record can no longer become one: no retry can bring back a renamed function."""
+    try:
+        task = import_string(record.task_path)
+    except ImportError as exc:
+        raise Discard(f"task {record.task_path!r} cannot be imported: {exc}") from exc
     if not isinstance(task, Task):
-        raise TypeError(f"{record.task_path} is not a django.tasks Task")
-    return task.using(
-        priority=record.queue_priority,
-        queue_name=record.queue,
-        run_after=record.queue_run_at,
-        backend=record.backend,
-    )
+        raise Discard(f"{record.task_path} is not a django.tasks Task (no @task decorator?)")
+    try:
+        task = task.using(
+            priority=record.queue_priority,
+            queue_name=record.queue,
+            run_after=record.run_after,
+            backend=record.backend,
+        )
+        task_backends[record.backend].validate_task(task)
+    except (InvalidTask, ValueError) as exc:
+        raise Discard(f"{record.task_path}: {exc}") from exc
+    except Exception as exc:  # e.g. the backend alias left TASKS
+        raise Discard(f"{record.task_path}: backend {record.backend!r}: {exc}") from exc
+    return task
 
 
 def to_task_result(record: TaskRecord, task: Task | None = None) -> TaskResult:
+    worker_ids = list(record.worker_ids)
+    started_at = record.started_at
+    if record.queue_state == QueueState.RUNNING:
+        # A running task's own columns commit with its outcome; its claim is committed.
+        if record.queue_locked_by and (not worker_ids or worker_ids[-1] != record.queue_locked_by):
+            worker_ids.append(record.queue_locked_by)
+        started_at = started_at or record.queue_last_attempt_at
     result = TaskResult(
-        task=task or _task_of(record),
+        task=task or task_of(record),
         id=record.pk,
         status=STATUS[QueueState(record.queue_state)],
         enqueued_at=record.queue_enqueued_at,
-        started_at=record.started_at,
+        started_at=started_at,
         finished_at=record.queue_finished_at,
         last_attempted_at=record.queue_last_attempt_at,
         args=record.args,
         kwargs=record.kwargs,
         backend=record.backend,
         errors=[TaskError(**error) for error in record.errors],
-        worker_ids=list(record.worker_ids),
+        worker_ids=worker_ids,
     )
     object.__setattr__(result, "_return_value", record.return_value)
     return result
@@ -115,10 +158,10 @@ def to_task_result(record: TaskRecord, task: Task | None = None) -> TaskResult:
 def run_record(record: TaskRecord) -> None:
     """The handler of a TaskRecord: call its task and keep the return value (runs inside the
     transaction that records the outcome)."""
-    claim = record._queue_claim
+    claim = record.queue_claim()
+    task = task_of(record)
     record.worker_ids = [*record.worker_ids, claim.worker_id]
     record.started_at = record.started_at or claim.claimed_at
-    task = _task_of(record)
     result = to_task_result(record, task)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)
     task_started.send(DatabaseBackend, task_result=result)
@@ -133,12 +176,30 @@ def run_record(record: TaskRecord) -> None:
 TaskRecord.runner = run_record
 
 
+def _finished(row: TaskRecord, error: BaseException | None = None) -> None:
+    try:
+        result = to_task_result(row)
+    except Discard as exc:
+        # A record that cannot become a task has no TaskResult to announce.
+        logger.error("task %s (%s) finished, but %s", row.pk, row.task_path, exc)
+        return
+    if error is None:
+        task_finished.send(DatabaseBackend, task_result=result)
+        return
+    # Receivers (Django's own log line among them) read the error from sys.exc_info(), as
+    # backends send the signal from their exception handler.
+    try:
+        raise error
+    except BaseException:  # noqa: BLE001 - re-raised only to be the current exception
+        task_finished.send(DatabaseBackend, task_result=result)
+
+
 @receiver(job_succeeded, sender=TaskRecord, dispatch_uid="django_dbqueue.tasks.finished_ok")
 def _finished_ok(sender: Any, row: TaskRecord, **kwargs: Any) -> None:
-    task_finished.send(DatabaseBackend, task_result=to_task_result(row))
+    _finished(row)
 
 
 @receiver(job_failed, sender=TaskRecord, dispatch_uid="django_dbqueue.tasks.finished_failed")
-def _finished_failed(sender: Any, row: TaskRecord, retry_at: Any, **kwargs: Any) -> None:
+def _finished_failed(sender: Any, row: TaskRecord, error: Any, retry_at: Any, **kwargs: Any) -> None:
     if retry_at is None:  # a retry is not the end of the task
-        task_finished.send(DatabaseBackend, task_result=to_task_result(row))
+        _finished(row, error if isinstance(error, BaseException) else RuntimeError(str(error)))

@@ -3,6 +3,8 @@ behaviour of its ImmediateBackend, run against the real database."""
 
 from __future__ import annotations
 
+import io
+import logging
 from datetime import timedelta
 
 import django
@@ -20,6 +22,7 @@ if django.VERSION >= (6, 0):
     from django.utils import timezone
 
     from django_dbqueue.models import TaskRecord
+    from django_dbqueue.states import QueueState
     from django_dbqueue.worker import Worker
     from tests.testapp import tasks
 
@@ -170,3 +173,127 @@ def test_signals_fire() -> None:
         ("started", TaskResultStatus.RUNNING),
         ("finished", TaskResultStatus.SUCCESSFUL),
     ]
+
+
+# -- issue #20, defects 11-15 ---------------------------------------------------------------------
+
+
+def test_get_result_equals_what_enqueue_returned() -> None:
+    result = tasks.add.enqueue(1, 2)
+    fetched = tasks.add.get_result(result.id)
+    assert fetched.task == result.task and fetched.task.run_after is None
+    assert fetched == result
+
+
+def test_get_result_keeps_a_deferred_tasks_run_after() -> None:
+    when = timezone.now() + timedelta(hours=2)
+    result = tasks.add.using(run_after=when).enqueue(1, 2)
+    assert tasks.add.get_result(result.id).task.run_after == when
+
+
+def _unrunnable_records() -> list:
+    ok = tasks.add.enqueue(1, 1)
+    records = [
+        TaskRecord.objects.create(task_path="tests.testapp.tasks.renamed_away"),
+        TaskRecord.objects.create(task_path="tests.testapp.tasks.timezone"),  # not a Task
+        TaskRecord.objects.create(task_path="tests.testapp.tasks.add", queue="removed"),
+    ]
+    over = TaskRecord.objects.create(task_path="tests.testapp.tasks.add", args=[1, 2])
+    assert TaskRecord.objects.filter(pk=over.pk).reprioritize(500) == 1
+    return [ok, *records, over]
+
+
+def test_records_that_cannot_become_tasks_fail_alone_with_a_reason() -> None:
+    finished = []
+
+    def receiver(sender, task_result, **kwargs):
+        finished.append(task_result.id)
+
+    ok, *broken = _unrunnable_records()
+    task_finished.connect(receiver)
+    try:
+        stats = run_worker()
+    finally:
+        task_finished.disconnect(receiver)
+    assert stats.succeeded == 1 and stats.failed == 4
+    assert tasks.add.get_result(ok.id).status == TaskResultStatus.SUCCESSFUL
+    reasons = {}
+    for record in broken:
+        record.refresh_from_db()
+        assert record.queue_state == QueueState.FAILED and record.queue_attempts == 1
+        reasons[record.task_path + record.queue] = record.queue_last_error
+    assert "cannot be imported" in reasons["tests.testapp.tasks.renamed_awaydefault"]
+    assert "is not a django.tasks Task" in reasons["tests.testapp.tasks.timezonedefault"]
+    assert "removed" in reasons["tests.testapp.tasks.addremoved"]
+    assert ok.id in finished
+
+
+def test_runqueue_burst_reports_unrunnable_records_as_failed() -> None:
+    from django.core.management import call_command
+
+    _unrunnable_records()
+    out = io.StringIO()
+    call_command("runqueue", "django_dbqueue.TaskRecord", "--burst", stdout=out)
+    assert "1 succeeded, 4 failed attempts" in out.getvalue()
+
+
+def test_a_failed_tasks_finished_signal_and_log_carry_the_error(caplog) -> None:
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append((task_result.status, list(task_result.errors)))
+
+    result = tasks.explode.enqueue("why")
+    task_finished.connect(receiver)
+    try:
+        with caplog.at_level(logging.ERROR, logger="django.tasks"):
+            run_worker()
+    finally:
+        task_finished.disconnect(receiver)
+    [(status, errors)] = seen
+    assert status == TaskResultStatus.FAILED
+    assert errors and "ValueError: why" in errors[0].traceback
+    [record] = [r for r in caplog.records if r.name == "django.tasks" and result.id in r.getMessage()]
+    assert record.exc_info and "why" in str(record.exc_info[1])
+
+
+def test_a_running_task_shows_its_start_worker_and_attempt() -> None:
+    seen = {}
+
+    def look(context):
+        seen["result"] = task_backends["default"].get_result(context.task_result.id)
+
+    result = tasks.peek.enqueue()
+    tasks.PEEKS.append(look)
+    try:
+        run_worker()
+    finally:
+        tasks.PEEKS.clear()
+    running = seen["result"]
+    assert running.id == result.id and running.status == TaskResultStatus.RUNNING
+    assert running.started_at is not None and len(running.worker_ids) == 1 and running.attempts == 1
+
+
+def test_a_raising_task_ends_failed_at_once_unless_retries_are_asked_for(settings) -> None:
+    settings.DBQUEUE_TASK_RETRY = None
+    result = tasks.explode.enqueue("once")
+    run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 1
+
+
+def test_one_task_can_opt_in_to_retries() -> None:
+    from django_dbqueue.models.task_record import TASK_RETRY_POLICIES
+    from django_dbqueue.retry import Fixed
+    from django_dbqueue.tasks import retry
+
+    retry(Fixed(delay_seconds=60, max_attempts=2))(tasks.explode)
+    try:
+        result = tasks.explode.enqueue("twice")
+        run_worker()
+        record = TaskRecord.objects.get(pk=result.id)
+        assert record.queue_state == QueueState.READY and record.queue_attempts == 1
+    finally:
+        TASK_RETRY_POLICIES.clear()
+    with pytest.raises(TypeError, match="above @task"):
+        retry(Fixed())(lambda: None)

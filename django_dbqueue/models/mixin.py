@@ -166,6 +166,10 @@ class QueueMixin(models.Model):
         self._queue_claim = None
         return retry_at
 
+    def queue_retry_policy(self) -> RetryPolicy:
+        """The retry policy of this row (``queue_retry`` unless a model decides per row)."""
+        return type(self).queue_retry
+
     def queue_failure_fields(self, error: BaseException | str) -> dict[str, Any]:
         """Extra domain columns to write with a failure, in the same fenced UPDATE (a hook:
         e.g. keep a list of errors). The default writes none."""

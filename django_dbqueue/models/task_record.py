@@ -16,7 +16,7 @@ from django.utils.crypto import get_random_string
 from ..conf import settings
 from ..exceptions import Discard
 from ..outcomes import describe_error
-from ..retry import ExponentialBackoff, RetryPolicy
+from ..retry import NoRetry, RetryPolicy
 from .mixin import QueueMixin
 
 
@@ -24,21 +24,27 @@ def new_result_id() -> str:
     return get_random_string(32)
 
 
+#: Retry policies of single tasks, by the task's module path (``tasks.retry()`` fills it).
+TASK_RETRY_POLICIES: dict[str, RetryPolicy] = {}
+
+
+def task_retry_policy(task_path: str) -> RetryPolicy:
+    """A task's retry policy: its own (``django_dbqueue.tasks.retry``), else
+    ``DBQUEUE_TASK_RETRY``, else none: like Django's own backends, a raising task ends
+    FAILED unless retries were asked for."""
+    return TASK_RETRY_POLICIES.get(task_path) or settings.TASK_RETRY or NoRetry()  # type: ignore[return-value]
+
+
 class SettingsRetry:
-    """The retry policy of tasks: ``DBQUEUE_TASK_RETRY``, read when used (so tests and
-    deployments can change it without touching the model)."""
-
-    _default = ExponentialBackoff()
-
-    def _policy(self) -> RetryPolicy:
-        return settings.TASK_RETRY or self._default  # type: ignore[return-value]
+    """The class-level policy of TaskRecord (rescues of rows of unknown tasks); each record
+    asks :func:`task_retry_policy` for its own task's."""
 
     @property
     def max_attempts(self) -> int | None:
-        return self._policy().max_attempts
+        return task_retry_policy("").max_attempts
 
     def delay(self, attempts: int, error: BaseException | None) -> timedelta | None:
-        return self._policy().delay(attempts, error)
+        return task_retry_policy("").delay(attempts, error)
 
 
 class TaskRecord(QueueMixin):
@@ -53,6 +59,9 @@ class TaskRecord(QueueMixin):
     errors = models.JSONField(default=list, blank=True)
     worker_ids = models.JSONField(default=list, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    #: The task's own ``run_after`` (None when it runs as soon as possible); the queue's due
+    #: time is ``queue_run_at``.
+    run_after = models.DateTimeField(null=True, blank=True)
 
     # The return value, the worker ids and the outcome commit together.
     queue_atomic = True
@@ -84,6 +93,9 @@ class TaskRecord(QueueMixin):
         if runner is None:
             raise Discard("django.tasks tasks run on Django 6.0 or later")
         runner(self)
+
+    def queue_retry_policy(self) -> RetryPolicy:
+        return task_retry_policy(self.task_path)
 
     def queue_failure_fields(self, error: BaseException | str) -> dict[str, Any]:
         kind = type(error) if isinstance(error, BaseException) else RuntimeError

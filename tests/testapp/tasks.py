@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.tasks import task
+from django.utils import timezone  # noqa: F401 - a name that is not a Task (test_tasks)
 
 
 @task
@@ -28,3 +32,13 @@ def which_attempt(context) -> int:
 @task
 async def async_double(n: int) -> int:
     return n * 2
+
+
+#: Callables ``peek`` calls with its context while it runs (a test looks from inside).
+PEEKS: list[Callable[[Any], None]] = []
+
+
+@task(takes_context=True)
+def peek(context) -> None:
+    for look in PEEKS:
+        look(context)
