@@ -247,3 +247,42 @@ def test_runqueue_waits_for_a_database_that_is_not_up_yet(start_worker) -> None:
     worker.signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
     assert "waiting for the database" in worker.output and "Traceback" not in worker.output
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A killed child of a killed parent may linger as a zombie until init reaps it.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_sigkill_of_the_process_group_stops_every_worker_at_once(start_worker) -> None:
+    """issue #20, defect 19: the workers share runqueue's process group."""
+    Job.objects.bulk_create([Job(name=str(i), sleep=30) for i in range(2)])
+    worker = start_worker("testapp.Job", "--concurrency", "2", "--batch-size", "1")
+    assert wait_until(lambda: Job.objects.filter(queue_state=QueueState.RUNNING).count() == 2, timeout=60)
+    children = worker.worker_pids()
+    assert len(children) == 2
+    os.killpg(worker.proc.pid, signal.SIGKILL)
+    out, _ = worker.proc.communicate(timeout=10)
+    assert wait_until(lambda: not any(map(_alive, children)), timeout=5), "workers outlived the group"
+    assert "BrokenPipeError" not in out
+
+
+def test_ctrl_c_to_the_group_is_one_graceful_stop(start_worker) -> None:
+    """A terminal's Ctrl-C reaches the whole group: the workers leave it to the supervisor,
+    whose one SIGTERM lets the running job finish."""
+    Job.objects.create(name="slow", sleep=3)
+    worker = start_worker("testapp.Job", "--concurrency", "2")
+    assert wait_until(lambda: Job.objects.filter(queue_state=QueueState.RUNNING).exists(), timeout=60)
+    time.sleep(1)  # from claimed to running its handler
+    os.killpg(worker.proc.pid, signal.SIGINT)
+    assert worker.wait(timeout=60) == 0, worker.output
+    assert Job.objects.get().queue_state == QueueState.SUCCEEDED
+    assert "second signal" not in worker.output

@@ -74,6 +74,7 @@ class Worker:
         database: str | None = None,
         queues: Sequence[str] | None = None,
         handle_signals: bool = True,
+        stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
         on_hard_timeout: HardTimeoutHook | None = None,
         parent_pid: int | None = None,
     ) -> None:
@@ -96,6 +97,7 @@ class Worker:
                     "--queue needs a model with a 'queue' column, e.g. django_dbqueue.Message"
                 )
         self.handle_signals = handle_signals
+        self.stop_signals = tuple(stop_signals) if handle_signals else ()
         self.parent_pid = parent_pid
         self.stats = WorkerStats()
         self.fatal: BaseException | None = None
@@ -300,8 +302,8 @@ class Worker:
     # -- signals -----------------------------------------------------------------------------
 
     def _install_signals(self) -> Callable[[], None] | None:
-        """SIGALRM enforces ``queue_timeout``; SIGTERM/SIGINT stop gracefully when
-        ``handle_signals``. Only the main thread can handle signals; elsewhere the keeper's
+        """SIGALRM enforces ``queue_timeout``; the ``stop_signals`` (SIGTERM, SIGINT) stop
+        gracefully when ``handle_signals``. Only the main thread can handle signals; elsewhere the keeper's
         watch is the only timeout."""
         if threading.current_thread() is not threading.main_thread():
             return None
@@ -326,9 +328,8 @@ class Worker:
             if running is not None and not running.finished:
                 raise JobTimeout(f"timed out after {running.timeout:g} s")
 
-        if self.handle_signals:
-            signal.signal(signal.SIGTERM, on_stop)
-            signal.signal(signal.SIGINT, on_stop)
+        for sig in self.stop_signals:
+            signal.signal(sig, on_stop)
         signal.signal(signal.SIGALRM, on_alarm)
         self._alarm = True
 

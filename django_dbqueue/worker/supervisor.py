@@ -116,6 +116,7 @@ class Supervisor:
             **self.options,
             worker_id=f"{self.base_id}-{index}",
             on_hard_timeout=hard_timeout,
+            stop_signals=(signal.SIGTERM,),  # Ctrl-C is the supervisor's (see the module's docstring)
             parent_pid=parent,
         )
         stats = worker.run()
