@@ -83,3 +83,6 @@ LOGGING = {
 # Worker subprocesses started by the tests use the test database pytest-django created.
 if os.environ.get("DBQUEUE_TEST_DB_NAME"):
     _default["NAME"] = os.environ["DBQUEUE_TEST_DB_NAME"]
+# ... through another Django backend of the same server, e.g. mysql.connector.django.
+if os.environ.get("DBQUEUE_TEST_ENGINE"):
+    _default["ENGINE"] = os.environ["DBQUEUE_TEST_ENGINE"]

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count
 
 from django_dbqueue.states import QueueState
 from tests.conftest import skip_on_sqlite, wait_until
-from tests.testapp.models import AtomicJob, Job, Ledger, TimeoutJob
+from tests.testapp.models import AtomicJob, Job, Ledger, Ticket, TimeoutJob
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -286,3 +288,29 @@ def test_ctrl_c_to_the_group_is_one_graceful_stop(start_worker) -> None:
     assert worker.wait(timeout=60) == 0, worker.output
     assert Job.objects.get().queue_state == QueueState.SUCCEEDED
     assert "second signal" not in worker.output
+
+
+def test_the_mysql_connector_backend_creates_and_runs_rows(start_worker) -> None:
+    """issue #20, defect 10: Oracle's ``mysql.connector.django`` backend, end to end."""
+    if connection.vendor != "mysql":
+        pytest.skip("a MySQL/MariaDB backend")
+    pytest.importorskip("mysql.connector.django")
+    engine = {"DBQUEUE_TEST_ENGINE": "mysql.connector.django"}
+    create = (
+        "from tests.testapp.models import AtomicJob, Job, Ticket; "
+        "Job.objects.create(name='c'); AtomicJob.objects.create(name='c'); Ticket.objects.create(subject='c')"
+    )
+    env = {**os.environ, **engine, "DBQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"])}
+    connection.close()
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "shell", "--settings", "tests.settings", "-c", create],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    worker = start_worker("testapp.Job", "testapp.AtomicJob", "testapp.Ticket", "--burst", extra_env=engine)
+    assert worker.wait(timeout=120) == 0, worker.output
+    for model in (Job, AtomicJob, Ticket):
+        assert states(model) == {QueueState.SUCCEEDED: 1}, (model, worker.output)
