@@ -123,7 +123,14 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
 
+    # The checks run in handle(), without a database: since Django 6.1 the default checks of
+    # a command open a connection, and a worker started before its database is up must wait
+    # for it (the supervisor does) rather than crash.
+    requires_system_checks: list[str] = []
+
     def handle(self, *args: Any, **options: Any) -> None:
+        if not options.get("skip_checks"):
+            self.check(databases=[])
         models = resolve_models(options["models"])
         if options["queue"]:
             if options["models"]:
