@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from datetime import timedelta
 
 
@@ -33,3 +34,18 @@ class JobTimeout(BaseException):
 
     A BaseException, like asyncio's CancelledError, so that a handler's broad
     ``except Exception`` cannot swallow it and keep running."""
+
+
+def describe_error(error: BaseException | str) -> str:
+    """The text kept in ``queue_last_error``: the full traceback of an exception."""
+    if isinstance(error, BaseException):
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    else:
+        text = str(error)
+    from .conf import settings
+
+    limit = settings.MAX_ERROR_LENGTH
+    if len(text) > limit:
+        # Keep the end: the innermost frames and the message explain a failure.
+        text = "…[truncated]\n" + text[-limit:]
+    return text

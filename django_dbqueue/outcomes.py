@@ -14,7 +14,6 @@ key (no lock on the state index that other workers' outcomes would wait for).
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,10 +24,10 @@ from django.dispatch import Signal
 
 from . import signals
 from .backends import DbNow, aware, retry_on_lock_conflicts
-from .conf import settings
-from .exceptions import Discard, LeaseLost, Retry
+from .exceptions import LeaseLost, describe_error
 from .history import AttemptOutcome, attempt_for, write_attempts
-from .leases import Claim, as_timedelta
+from .leases import Claim
+from .retry import retry_at as decide_retry
 from .states import QueueState
 
 if TYPE_CHECKING:
@@ -47,19 +46,6 @@ def _rows(model: type[QueueMixin], using: str) -> models.QuerySet:
 def fenced(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> models.QuerySet:
     """The rows of ``ids`` still held by ``claim``."""
     return _rows(model, claim.using).filter(pk__in=list(ids), queue_token=claim.token)
-
-
-def describe_error(error: BaseException | str) -> str:
-    """The text kept in ``queue_last_error``: the full traceback of an exception."""
-    if isinstance(error, BaseException):
-        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    else:
-        text = str(error)
-    limit = settings.MAX_ERROR_LENGTH
-    if len(text) > limit:
-        # Keep the end: the innermost frames and the message explain a failure.
-        text = "…[truncated]\n" + text[-limit:]
-    return text
 
 
 def _rejected(row_label: str, pk: Any, what: str, claim: Claim) -> None:
@@ -149,26 +135,13 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
 # -- failure -----------------------------------------------------------------------------------
 
 
-def next_run_at(row: QueueMixin, error: BaseException | str, now: datetime) -> datetime | None:
-    """When a failed attempt runs again by the model's ``queue_retry`` (None: it ends FAILED)."""
-    if isinstance(error, Discard):
-        return None
-    policy = row.queue_retry_policy()
-    if isinstance(error, Retry) and error.delay is not None:
-        if policy.max_attempts is not None and row.queue_attempts >= policy.max_attempts:
-            return None
-        return now + as_timedelta(error.delay, "Retry.delay")
-    delay = policy.delay(row.queue_attempts, error if isinstance(error, BaseException) else None)
-    return None if delay is None else now + delay
-
-
 def fail(row: QueueMixin, claim: Claim, error: BaseException | str) -> datetime | None:
     """Record a failed attempt of ``row`` with its reason, applying the retry policy: READY
     again at the returned time, or FAILED for good (None). Raises LeaseLost if the claim is
     gone (nothing written)."""
     model = type(row)
     now = claim.now()
-    retry_at = next_run_at(row, error, now)
+    retry_at = decide_retry(row.queue_retry_policy(), row.queue_attempts, error, now)
     text = describe_error(error)
     values: dict[str, Any] = {"queue_last_error": text, "queue_locked_until": None}
     if retry_at is None:

@@ -23,10 +23,9 @@ from django.db import DatabaseError, models, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from . import outcomes
+from . import outcomes, rescue
 from .backends import DbNow, aware, backend_for, db_now_plus, retry_on_lock_conflicts
-from .conf import settings
-from .history import AttemptOutcome, attempt_for, write_attempts
+from .exceptions import describe_error
 from .leases import Claim, as_timedelta, default_worker_id, new_token
 from .states import QueueState
 
@@ -160,7 +159,7 @@ class QueueQuerySetMixin:
                 except DatabaseError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - any error of loading is that row's
-                    reason = f"the row could not be loaded: {outcomes.describe_error(exc)}"
+                    reason = f"the row could not be loaded: {describe_error(exc)}"
                     logger.error("%s pk=%s %s", self.model._meta.label, pk, reason)
                     outcomes.fail_by_key(self.model, pk, claim, reason)
         position = {pk: index for index, pk in enumerate(ids)}
@@ -261,76 +260,12 @@ class QueueQuerySetMixin:
             queue_state=QueueState.CANCELLED, queue_finished_at=DbNow()
         )
 
-    # -- recovery ----------------------------------------------------------------------------
+    # -- recovery ---------------------------------------------------------------------------
 
     def rescue_expired(self, limit: int | None = None) -> int:
         """Return RUNNING rows whose lease ran out to READY, or FAILED when their attempts
-        are used up. Bounded (``limit`` rows, SKIP LOCKED): a row whose worker still holds
-        its row lock (atomic mode) is skipped, so a live claim is never taken away."""
-        limit = limit or settings.RESCUE_LIMIT
-        return retry_on_lock_conflicts(self.db, lambda: self._rescue(limit), "rescue")
-
-    def _rescue(self, limit: int) -> int:
-        using, model = self.db, self.model
-        rows = model._base_manager.using(using)
-        with transaction.atomic(using=using):
-            expired = list(
-                rows.filter(queue_state=QueueState.RUNNING, queue_locked_until__lt=DbNow())
-                .order_by()
-                .select_for_update(skip_locked=True)
-                .annotate(dbqueue_now=DbNow())
-                .only(
-                    "pk",
-                    "queue_attempts",
-                    "queue_locked_by",
-                    "queue_enqueued_at",
-                    "queue_run_at",
-                    "queue_last_attempt_at",
-                )[:limit]
-            )
-            if not expired:
-                return 0
-            dead = {row.pk for row in expired if _attempts_used_up(row)}
-            unclaimed = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
-            if back := [row.pk for row in expired if row.pk not in dead]:
-                rows.filter(pk__in=back).update(
-                    queue_state=QueueState.READY,
-                    queue_run_at=DbNow(),
-                    queue_last_error="lease expired: the worker stopped renewing its claim "
-                    "(crashed, killed or hung); running it again",
-                    **unclaimed,
-                )
-            if dead:
-                rows.filter(pk__in=list(dead)).update(
-                    queue_state=QueueState.FAILED,
-                    queue_finished_at=DbNow(),
-                    queue_last_error="lease expired on the last allowed attempt; "
-                    "the worker stopped renewing its claim",
-                    **unclaimed,
-                )
-            write_attempts(
-                model,
-                using,
-                (
-                    attempt_for(row, AttemptOutcome.LOST, aware(row.dbqueue_now), "lease expired")
-                    for row in expired
-                ),
-            )
-        for row in expired:
-            logger.warning(
-                "rescued %s pk=%s from worker %s after its lease expired (attempt %s)%s",
-                model._meta.label,
-                row.pk,
-                row.queue_locked_by,
-                row.queue_attempts,
-                " -> FAILED" if row.pk in dead else "",
-            )
-        return len(expired)
-
-
-def _attempts_used_up(row: QueueMixin) -> bool:
-    most = row.queue_retry_policy().max_attempts
-    return bool(most) and row.queue_attempts >= most  # type: ignore[operator]
+        are used up (see :mod:`django_dbqueue.rescue`)."""
+        return rescue.rescue_expired(self.model, self.db, limit)
 
 
 class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):

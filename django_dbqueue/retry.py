@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from .exceptions import JobTimeout
+from .exceptions import Discard, JobTimeout, Retry
+from .leases import as_timedelta
 
 
 @runtime_checkable
@@ -115,3 +116,18 @@ class NoRetry:
 
     def delay(self, attempts: int, error: BaseException | None) -> timedelta | None:
         return None
+
+
+def retry_at(
+    policy: RetryPolicy, attempts: int, error: BaseException | str, now: datetime
+) -> datetime | None:
+    """When a row whose ``attempts``-th attempt failed with ``error`` runs again (None: it ends
+    FAILED). :class:`Discard` ends it; ``Retry(delay=…)`` names its own delay, still within
+    ``max_attempts``; anything else is the policy's to decide."""
+    if isinstance(error, Discard):
+        return None
+    if isinstance(error, Retry) and error.delay is not None:
+        if policy.max_attempts is not None and attempts >= policy.max_attempts:
+            return None
+        return now + as_timedelta(error.delay, "Retry.delay")
+    return next_run_at(policy, attempts, error if isinstance(error, BaseException) else None, now)

@@ -14,8 +14,7 @@ from django.db import models
 from django.utils.crypto import get_random_string
 
 from ..conf import settings
-from ..exceptions import Discard
-from ..outcomes import describe_error
+from ..exceptions import Discard, describe_error
 from ..retry import NoRetry, RetryPolicy
 from .mixin import QueueMixin
 

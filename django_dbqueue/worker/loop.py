@@ -20,10 +20,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from types import FrameType
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections, router
@@ -36,6 +35,7 @@ from ..models import QueueMixin, queue_models
 from . import registry
 from .jobs import Batch
 from .lease import HardTimeoutHook, LeaseKeeper, Running
+from .shutdown import install_signals
 from .sizing import ClaimSizer, atomic_group, default_batch_size
 from .tables import check_tables, has_queue_column
 from .wakeup import Listener
@@ -107,7 +107,7 @@ class Worker:
         self._registry_db: str | None = None
         self.keeper = LeaseKeeper(self.worker_id, lambda: self._registry_db, on_hard_timeout)
         self._next_rescue = 0.0
-        self._alarm = False
+        self.alarm = False  # SIGALRM enforces queue_timeout (main thread only)
         self._sizer = ClaimSizer()
         #: Inside a caller's transaction (a TestCase): see the module's docstring.
         self.in_transaction = False
@@ -131,7 +131,7 @@ class Worker:
     def run(self) -> WorkerStats:
         databases = sorted({self.db_for(model) for model in self.models})
         self.in_transaction = any(connections[using].in_atomic_block for using in databases)
-        restore = self._install_signals()
+        restore = install_signals(self) if threading.current_thread() is threading.main_thread() else None
         try:
             check_tables(self.models, self.database)
             self._registry_db = self.db_for(self.models[0])
@@ -236,7 +236,7 @@ class Worker:
         if timeout:
             running = Running(type(row), row.pk, row.queue_claim().token, float(timeout), time.monotonic())
             self.keeper.running = running
-            if self._alarm:
+            if self.alarm:
                 signal.setitimer(signal.ITIMER_REAL, float(timeout))
         try:
             row.process()
@@ -252,7 +252,7 @@ class Worker:
         finally:
             if running is not None:
                 running.finished = True
-                if self._alarm:
+                if self.alarm:
                     signal.setitimer(signal.ITIMER_REAL, 0)
                 self.keeper.running = None
 
@@ -298,44 +298,3 @@ class Worker:
         self._next_rescue = now + settings.RESCUE_INTERVAL
         for model in self.models:
             self.stats.rescued += model.queue_queryset(self.db_for(model)).rescue_expired()
-
-    # -- signals -----------------------------------------------------------------------------
-
-    def _install_signals(self) -> Callable[[], None] | None:
-        """SIGALRM enforces ``queue_timeout``; the ``stop_signals`` (SIGTERM, SIGINT) stop
-        gracefully when ``handle_signals``. Only the main thread can handle signals; elsewhere the keeper's
-        watch is the only timeout."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        handled = (
-            (signal.SIGTERM, signal.SIGINT, signal.SIGALRM) if self.handle_signals else (signal.SIGALRM,)
-        )
-        previous = {sig: signal.getsignal(sig) for sig in handled}
-
-        def on_stop(signum: int, frame: FrameType | None) -> None:
-            if self.stopping:
-                logger.warning("worker %s: second signal, exiting now", self.worker_id)
-                os._exit(128 + signum)
-            logger.info(
-                "worker %s: %s received, finishing the current job (signal again to exit now)",
-                self.worker_id,
-                signal.Signals(signum).name,
-            )
-            self.stop()
-
-        def on_alarm(signum: int, frame: FrameType | None) -> None:
-            running = self.keeper.running
-            if running is not None and not running.finished:
-                raise JobTimeout(f"timed out after {running.timeout:g} s")
-
-        for sig in self.stop_signals:
-            signal.signal(sig, on_stop)
-        signal.signal(signal.SIGALRM, on_alarm)
-        self._alarm = True
-
-        def restore() -> None:
-            self._alarm = False
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
