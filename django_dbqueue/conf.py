@@ -34,8 +34,8 @@ class Settings:
     HISTORY: bool = True
     #: Largest JSON payload (bytes) ``Message.objects.publish`` accepts.
     MAX_PAYLOAD_BYTES: int = 1_000_000
-    #: Retry policy of ``django.tasks`` tasks run through django_dbqueue (None: the default
-    #: ``ExponentialBackoff()``).
+    #: Retry policy of ``django.tasks`` tasks run through django_dbqueue (None: no retries, as
+    #: Django's own backends; one task opts in with ``django_dbqueue.tasks.retry``).
     TASK_RETRY: object = None
     #: The MariaDB Connector/J jar the Spark pipeline (``django_dbqueue.spark``) hands to Spark.
     SPARK_JDBC_JAR: str = "/usr/share/java/mariadb-java-client.jar"
