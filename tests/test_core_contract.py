@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models.signals import pre_save
 from django.forms import modelform_factory
 from django.test import TestCase
@@ -69,53 +69,96 @@ def test_a_failing_handler_of_an_atomic_group_rolls_back_alone(monkeypatch: pyte
 # -- 4: handler writes past the ORM commit like any autocommit write ----------------------------
 
 
-def _raw_write(row: object) -> None:
+def _raw_insert(row: object, kind: str) -> None:
     raw = connection.connection  # the DB-API connection, as a C extension or library would use it
     cursor = raw.cursor()
+    table = connection.ops.quote_name(Ledger._meta.db_table)
     cursor.execute(
-        f"INSERT INTO {Ledger._meta.db_table} (kind, job_id, attempt, pid) VALUES ('raw', %s, 1, 0)",
-        [row.pk],  # type: ignore[attr-defined]
+        f"INSERT INTO {table} (kind, job_id, attempt, pid) VALUES (%s, %s, 1, 0)",
+        [kind, row.pk],  # type: ignore[attr-defined]
     )
     cursor.close()
-    if connection.vendor == "postgresql" and not raw.autocommit:  # psycopg outside autocommit
-        raw.commit()
+
+
+def _raw_write_then_a_rolled_back_block(row: object) -> None:
+    _raw_insert(row, "raw")
+    try:
+        with transaction.atomic():
+            Ledger.objects.create(kind="inner", job_id=0, attempt=0)
+            raise ValueError("the handler's own block rolls back")
+    except ValueError:
+        pass
+
+
+def _raw_write_then_fail(row: object) -> None:
+    _raw_insert(row, "rawfail")
+    raise ValueError("fails after a raw write")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_raw_db_api_writes_of_a_lease_handler_are_committed(monkeypatch, second_connection) -> None:
-    if connection.vendor == "sqlite":
-        pytest.skip("the point is another session seeing the write")
-    monkeypatch.setitem(testapp.HANDLER_HOOKS, "raw", _raw_write)
+def test_raw_db_api_writes_of_a_lease_handler_commit_by_themselves(monkeypatch, second_connection) -> None:
+    if connection.vendor != "mysql":
+        pytest.skip("MySQL's DB-API connection: autocommit as Django leaves it")
+    monkeypatch.setitem(testapp.HANDLER_HOOKS, "raw", _raw_write_then_a_rolled_back_block)
     job = Job.objects.create(name="raw")
     run(Job)
     with second_connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT COUNT(*) FROM {Ledger._meta.db_table} WHERE kind = 'raw' AND job_id = %s", [job.pk]
-        )
+        table = second_connection.ops.quote_name(Ledger._meta.db_table)
+        cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE kind = 'raw' AND job_id = %s", [job.pk])
         assert cursor.fetchone()[0] == 1
+    assert not Ledger.objects.filter(kind="inner").exists()
     assert Job.objects.get(pk=job.pk).queue_state == QueueState.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_raw_db_api_writes_of_a_failing_grouped_handler_roll_back_with_it(monkeypatch) -> None:
+    if connection.vendor != "mysql":
+        pytest.skip("MySQL's DB-API connection inside Django's transaction")
+    monkeypatch.setitem(testapp.HANDLER_HOOKS, "rawfail", _raw_write_then_fail)
+    GroupedAtomicJob.objects.bulk_create([GroupedAtomicJob(name="ok"), GroupedAtomicJob(name="rawfail")])
+    Worker(models=[GroupedAtomicJob], burst=True, handle_signals=False, max_jobs=2).run()
+    assert not Ledger.objects.filter(kind="rawfail").exists()
+    assert GroupedAtomicJob.objects.get(name="ok").queue_state == QueueState.SUCCEEDED
 
 
 # -- 5: every statement passes through Django's cursor -------------------------------------------
 
 
 @pytest.mark.django_db(transaction=True)
-def test_instrumentation_sees_create_and_every_statement_of_atomic_mode(settings) -> None:
+def test_instrumentation_sees_create_and_every_statement_of_atomic_mode(settings, monkeypatch) -> None:
+    """Patched as sentry-sdk, django-prometheus and OpenTelemetry patch Django: the cursor
+    wrapper's execute methods and the connection's commit."""
+    from django.db.backends.utils import CursorWrapper
+
     settings.DEBUG = False
-    log = StatementLog()
-    with connection.execute_wrapper(log):
-        Ticket.objects.create(subject="seen")
-        assert any(
-            sql.lstrip().upper().startswith("INSERT") and Ticket._meta.db_table in sql for sql in log.sql
-        )
-        AtomicJob.objects.create(name="a")
-        log.sql.clear()
-        run(AtomicJob)
-    statements = " | ".join(log.sql)
+    seen: list[str] = []
+    commits: list[str] = []
+    wrapper_class = type(connections["default"])
+    execute, commit = CursorWrapper.execute, wrapper_class.commit
+
+    def watched_execute(self, sql, params=None):  # type: ignore[no-untyped-def]
+        seen.append(sql)
+        return execute(self, sql, params)
+
+    def watched_commit(self):  # type: ignore[no-untyped-def]
+        commits.append(self.alias)
+        return commit(self)
+
+    monkeypatch.setattr(CursorWrapper, "execute", watched_execute)
+    monkeypatch.setattr(wrapper_class, "commit", watched_commit)
+    Ticket.objects.create(subject="seen")
+    table = connection.ops.quote_name(Ticket._meta.db_table)
+    assert any(sql.lstrip().upper().startswith("INSERT") and table in sql for sql in seen)
+    AtomicJob.objects.bulk_create([AtomicJob(name="a"), AtomicJob(name="b")])
+    seen.clear()
+    commits.clear()
+    run(AtomicJob)
+    job_table = connection.ops.quote_name(AtomicJob._meta.db_table)
     if connection.features.has_select_for_update:
-        assert "FOR UPDATE" in statements  # the claim and the fenced row lock
-    assert sum(f"UPDATE {connection.ops.quote_name(AtomicJob._meta.db_table)}" in sql for sql in log.sql) >= 2
-    assert any(QueueAttempt._meta.db_table in sql and "INSERT" in sql.upper() for sql in log.sql)
+        assert sum("FOR UPDATE" in sql for sql in seen) >= 3  # the claim, and each job's fenced lock
+    assert sum(sql.startswith(f"UPDATE {job_table}") for sql in seen) >= 3  # the claim, two outcomes
+    assert sum(QueueAttempt._meta.db_table in sql and "INSERT" in sql.upper() for sql in seen) == 2
+    assert len(commits) >= 3  # the claim's and each job's
 
 
 # -- 6: an in-process worker inside a TestCase -----------------------------------------------------
