@@ -14,6 +14,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+#: The token of a READY row whose claim ended in a crash (its worker died, its lease ran out):
+#: claims take such a row alone, so a row that kills its worker ("a poison row") takes down
+#: nobody else's attempts, and is charged for its own (see rescue.py).
+RUN_ALONE = 0
+
 
 def new_token() -> int:
     """A fresh claim token: random and positive (an outcome stores it negated, a rescue

@@ -26,7 +26,7 @@ from django.utils import timezone
 from . import outcomes, rescue
 from .backends import DbNow, aware, backend_for, db_now_plus, retry_on_lock_conflicts
 from .exceptions import describe_error
-from .leases import Claim, as_timedelta, default_worker_id, new_token
+from .leases import RUN_ALONE, Claim, as_timedelta, default_worker_id, new_token
 from .states import QueueState
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ class QueueQuerySetMixin:
     def claim_candidates(self, limit: int) -> models.QuerySet:
         """The locking SELECT of a claim (public so that it can be EXPLAINed)."""
         locking = self.in_claim_order().select_for_update(skip_locked=True)
-        return locking.annotate(dbqueue_now=DbNow()).values_list("pk", "dbqueue_now")[:limit]
+        return locking.annotate(dbqueue_now=DbNow()).values_list("pk", "queue_token", "dbqueue_now")[:limit]
 
     def _take(self, limit: int, worker_id: str, lease: timedelta) -> tuple[Claim, list[Any]] | None:
         using = self.db
@@ -125,8 +125,8 @@ class QueueQuerySetMixin:
             locked = list(self.claim_candidates(limit))
             if not locked:
                 return None
-            now = aware(locked[0][1])
-            ids = [pk for pk, _ in locked]
+            now = aware(locked[0][2])
+            ids = _run_alone_apart([(pk, token) for pk, token, _ in locked])
             rows = self.model._base_manager.using(using).filter(pk__in=ids)
             if not backend_for(using).skip_locked:
                 # No row locks (SQLite): the UPDATE is a compare-and-set, and the rows a
@@ -266,6 +266,18 @@ class QueueQuerySetMixin:
         """Return RUNNING rows whose lease ran out to READY, or FAILED when their attempts
         are used up (see :mod:`django_dbqueue.rescue`)."""
         return rescue.rescue_expired(self.model, self.db, limit)
+
+
+def _run_alone_apart(locked: list[tuple[Any, int | None]]) -> list[Any]:
+    """The rows a claim takes of those it locked, in order: up to the first row that must run
+    alone (RUN_ALONE), or that row by itself when it comes first. The rest stay READY (their
+    locks end with the claim's transaction)."""
+    taken: list[Any] = []
+    for pk, token in locked:
+        if token == RUN_ALONE:
+            return taken or [pk]
+        taken.append(pk)
+    return taken
 
 
 class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):

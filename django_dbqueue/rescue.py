@@ -1,20 +1,29 @@
-"""The rescue: RUNNING rows whose lease ran out go back to READY (or FAILED when their
-attempts are used up), by a periodic, bounded statement that any worker runs.
+"""The rescue: RUNNING rows whose lease ran out (their worker crashed, was killed or hung) go
+back to READY, by a periodic, bounded statement that any worker runs.
 
 Bounded (``DBQUEUE_RESCUE_LIMIT`` rows) and ``SKIP LOCKED``: a row whose worker still holds
 its row lock (atomic mode) is passed by, so a live claim is never taken away.
+
+Who pays for a crash: a worker dies in one handler, but its claim held a whole batch. So the
+rows of a claim that expired together go back uncharged (their attempt is not counted) and
+marked to run alone (``RUN_ALONE``); a row that expired alone in its claim was the one running,
+and is charged the attempt, ending FAILED when its attempts are used up. A row that kills its
+worker every time therefore fails by itself, and the rows claimed with it run on.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from django.db import transaction
+from django.db.models import F
 
 from .backends import DbNow, aware, retry_on_lock_conflicts
 from .conf import settings
 from .history import AttemptOutcome, attempt_for, write_attempts
+from .leases import RUN_ALONE
 from .states import QueueState
 
 if TYPE_CHECKING:
@@ -30,8 +39,16 @@ RESCUE_FIELDS = (
     "queue_enqueued_at",
     "queue_run_at",
     "queue_last_attempt_at",
+    "queue_token",
 )
-_UNCLAIMED = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
+
+
+SPARED = (
+    "lease expired with other rows of its claim (the worker crashed, was killed or hung in one of "
+    "them): this attempt is not counted, and it runs again alone"
+)
+CHARGED = "lease expired while it ran alone: the worker crashed, was killed or hung in its handler"
+DEAD = f"{CHARGED}, on the last allowed attempt"
 
 
 def attempts_used_up(row: QueueMixin) -> bool:
@@ -58,31 +75,35 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
         )
         if not expired:
             return 0
-        dead = {row.pk for row in expired if attempts_used_up(row)}
-        if back := [row.pk for row in expired if row.pk not in dead]:
-            rows.filter(pk__in=back).update(
+        claims = Counter(row.queue_token for row in expired)
+        charged = [row for row in expired if claims[row.queue_token] == 1]
+        dead = {row.pk for row in charged if attempts_used_up(row)}
+        alone = {"queue_token": RUN_ALONE, "queue_locked_by": None, "queue_locked_until": None}
+        if spared := [row.pk for row in expired if claims[row.queue_token] > 1]:
+            rows.filter(pk__in=spared).update(
                 queue_state=QueueState.READY,
                 queue_run_at=DbNow(),
-                queue_last_error="lease expired: the worker stopped renewing its claim "
-                "(crashed, killed or hung); running it again",
-                **_UNCLAIMED,
+                queue_attempts=F("queue_attempts") - 1,
+                queue_last_error=SPARED,
+                **alone,
+            )
+        if back := [row.pk for row in charged if row.pk not in dead]:
+            rows.filter(pk__in=back).update(
+                queue_state=QueueState.READY, queue_run_at=DbNow(), queue_last_error=CHARGED, **alone
             )
         if dead:
             rows.filter(pk__in=list(dead)).update(
                 queue_state=QueueState.FAILED,
                 queue_finished_at=DbNow(),
-                queue_last_error="lease expired on the last allowed attempt; "
-                "the worker stopped renewing its claim",
-                **_UNCLAIMED,
+                queue_last_error=DEAD,
+                queue_token=None,
+                queue_locked_by=None,
+                queue_locked_until=None,
             )
-        write_attempts(
-            model,
-            using,
-            (
-                attempt_for(row, AttemptOutcome.LOST, aware(row.dbqueue_now), "lease expired")
-                for row in expired
-            ),
+        lost = (
+            attempt_for(row, AttemptOutcome.LOST, aware(row.dbqueue_now), "lease expired") for row in charged
         )
+        write_attempts(model, using, lost)
     for row in expired:
         logger.warning(
             "rescued %s pk=%s from worker %s after its lease expired (attempt %s)%s",
@@ -90,6 +111,6 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
             row.pk,
             row.queue_locked_by,
             row.queue_attempts,
-            " -> FAILED" if row.pk in dead else "",
+            " -> FAILED" if row.pk in dead else " (not counted)" if claims[row.queue_token] > 1 else "",
         )
     return len(expired)

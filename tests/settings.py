@@ -80,6 +80,10 @@ LOGGING = {
     },
 }
 
+# Crash tests shorten the rescue's period (their worker subprocesses read it here).
+if os.environ.get("DBQUEUE_TEST_RESCUE_INTERVAL"):
+    DBQUEUE_RESCUE_INTERVAL = float(os.environ["DBQUEUE_TEST_RESCUE_INTERVAL"])
+
 # Worker subprocesses started by the tests use the test database pytest-django created.
 if os.environ.get("DBQUEUE_TEST_DB_NAME"):
     _default["NAME"] = os.environ["DBQUEUE_TEST_DB_NAME"]

@@ -10,15 +10,18 @@ usable by a QueueMixin handler, and a database that was never migrated.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.db.models import Count
 
-from django_dbqueue.models import Message
+from django_dbqueue.models import Message, QueueAttempt
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
+from tests.conftest import wait_until
 from tests.testapp.models import HostileAtomicJob, HostileJob, Ledger
 
 # -- runqueue arguments ---------------------------------------------------------------------------
@@ -216,3 +219,45 @@ def test_runqueue_stops_with_a_message_when_a_queue_table_disappears_while_it_ru
             editor.create_model(Job)
     assert "the table 'testapp_job' of testapp.Job does not exist" in worker.output, worker.output
     assert worker.output.count("replacing it") <= 1, worker.output
+
+
+# -- a poison row that kills its worker (issue #21, item 1) -----------------------------------------
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("model", [HostileJob, HostileAtomicJob], ids=["lease", "atomic"])
+def test_a_row_that_kills_its_worker_fails_alone_and_its_batch_runs_on(start_worker, model) -> None:
+    poison = model.objects.create(action="crash")  # first in claim order
+    model.objects.bulk_create([model(action="ok") for _ in range(99)])
+    worker = start_worker(
+        model._meta.label,
+        "--lease",
+        "2",
+        "--batch-size",
+        "100",
+        "--poll-interval",
+        "0.1",
+        extra_env={"DBQUEUE_TEST_RESCUE_INTERVAL": "0.5"},
+    )
+    finished = (QueueState.SUCCEEDED, QueueState.FAILED)
+    done = wait_until(lambda: not model.objects.exclude(queue_state__in=finished).exists(), timeout=120)
+    worker.signal(signal.SIGTERM)
+    worker.wait(timeout=60)
+    assert done, (
+        dict(model.objects.values_list("queue_state").annotate(n=Count("pk"))),
+        worker.output[-3000:],
+    )
+    poison.refresh_from_db()
+    assert poison.queue_state == QueueState.FAILED, poison.queue_last_error
+    assert "crashed, was killed or hung" in poison.queue_last_error
+    assert poison.queue_attempts == model.queue_retry.max_attempts
+    good = model.objects.exclude(pk=poison.pk)
+    assert good.filter(queue_state=QueueState.SUCCEEDED).count() == 99
+    attempts = sorted(set(good.values_list("queue_attempts", flat=True)))
+    assert attempts and max(attempts) <= 2, attempts
+    runs = Ledger.objects.filter(kind=model.__name__).exclude(job_id=poison.pk).values("job_id")
+    per_row = runs.annotate(n=Count("id")).values_list("n", flat=True)
+    assert max(per_row) <= 2  # at least once; a row never ran more than twice
+    lost = QueueAttempt.objects.filter(model=model._meta.label, outcome="lost")
+    assert set(lost.values_list("object_id", flat=True)) == {str(poison.pk)}

@@ -258,6 +258,8 @@ class HostileBase(QueueMixin):
             raise SystemExit(3)
         if self.action == "interrupt":
             raise KeyboardInterrupt
+        if self.action == "crash":  # like a segfault or the OOM killer: no clean-up at all
+            os._exit(70)
         if self.action in ("delete", "delete-then-fail"):
             # The application deletes the row while the worker holds its claim.
             type(self).objects.filter(pk=self.pk).delete()
