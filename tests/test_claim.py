@@ -155,7 +155,7 @@ def test_renew_lease_extends_it() -> None:
 
 def test_rescue_returns_expired_rows_and_fails_exhausted_ones() -> None:
     jobs = make_jobs(3)
-    rows = Job.objects.claim(limit=3, lease=60)
+    rows = [Job.objects.claim(limit=1, lease=60)[0] for _ in jobs]  # each alone in its claim
     Job.objects.filter(pk=jobs[2].pk).update(queue_attempts=3)  # the policy allows 3
     Job.objects.filter(pk__in=[jobs[1].pk, jobs[2].pk]).update(
         queue_locked_until=timezone.now() - timedelta(seconds=5)
@@ -164,7 +164,22 @@ def test_rescue_returns_expired_rows_and_fails_exhausted_ones() -> None:
     states = dict(Job.objects.values_list("pk", "queue_state"))
     assert states == {jobs[0].pk: "running", jobs[1].pk: "ready", jobs[2].pk: "failed"}
     assert "lease expired" in Job.objects.get(pk=jobs[2].pk).queue_last_error
+    assert Job.objects.get(pk=jobs[1].pk).queue_attempts == 1  # charged: it was running
     assert len(rows) == 3
+
+
+def test_rows_of_a_claim_that_expired_together_come_back_uncharged_to_run_alone() -> None:
+    jobs = make_jobs(4)
+    Job.objects.claim(limit=4, lease=60)
+    Job.objects.update(queue_locked_until=timezone.now() - timedelta(seconds=5))
+    assert Job.objects.rescue_expired() == 4
+    assert set(Job.objects.values_list("queue_state", "queue_attempts")) == {("ready", 0)}
+    # Each is claimed alone from now on, whatever the claim's limit.
+    assert [len(Job.objects.claim(limit=10)) for _ in jobs] == [1, 1, 1, 1]
+    # ... and a crash while it runs alone is charged to it.
+    Job.objects.update(queue_locked_until=timezone.now() - timedelta(seconds=5))
+    assert Job.objects.rescue_expired() == 4
+    assert set(Job.objects.values_list("queue_state", "queue_attempts")) == {("ready", 1)}
 
 
 class one_data_statement:  # noqa: N801 - reads as a context manager
