@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -87,6 +88,16 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
                     id="django_dbqueue.E005",
                 )
             )
+    if inspect.isgeneratorfunction(model.process):
+        errors.append(
+            checks.Error(
+                f"{label}.process() is a generator function: calling it runs none of its body, so "
+                "its rows would fail.",
+                hint="Remove the 'yield'; an 'async def process()' is run by the worker.",
+                obj=model,
+                id="django_dbqueue.E007",
+            )
+        )
     if model.process is QueueMixin.process:
         errors.append(
             checks.Warning(

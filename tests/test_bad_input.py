@@ -17,7 +17,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.models import Count
+from django.test.utils import isolate_apps
 
+from django_dbqueue.exceptions import Discard
 from django_dbqueue.models import Message, QueueAttempt
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
@@ -261,3 +263,52 @@ def test_a_row_that_kills_its_worker_fails_alone_and_its_batch_runs_on(start_wor
     assert max(per_row) <= 2  # at least once; a row never ran more than twice
     lost = QueueAttempt.objects.filter(model=model._meta.label, outcome="lost")
     assert set(lost.values_list("object_id", flat=True)) == {str(poison.pk)}
+
+
+# -- async and generator handlers (issue #21, item 3) -------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_handlers_run_and_their_failures_count() -> None:
+    from tests.testapp.models import AsyncJob
+
+    ok, failing = AsyncJob.objects.create(name="ok"), AsyncJob.objects.create(name="f", action="fail")
+    Worker(models=[AsyncJob], burst=True, handle_signals=False, max_jobs=2).run()
+    assert AsyncJob.objects.get(pk=ok.pk).queue_state == QueueState.SUCCEEDED
+    failed = AsyncJob.objects.get(pk=failing.pk)
+    assert failed.queue_state == QueueState.READY and "async failure" in failed.queue_last_error
+    assert Ledger.objects.filter(kind="AsyncJob").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_atomic_handlers_writes_commit_and_roll_back_with_its_job() -> None:
+    from tests.testapp.models import AsyncAtomicJob
+
+    ok = AsyncAtomicJob.objects.create(name="ok")
+    failing = AsyncAtomicJob.objects.create(name="f", action="fail")
+    Worker(models=[AsyncAtomicJob], burst=True, handle_signals=False, max_jobs=2).run()
+    assert AsyncAtomicJob.objects.get(pk=ok.pk).queue_state == QueueState.SUCCEEDED
+    assert Ledger.objects.filter(kind="AsyncAtomicJob", job_id=ok.pk).count() == 1
+    # The failing handler's write was in its job's transaction: rolled back with it.
+    assert not Ledger.objects.filter(kind="AsyncAtomicJob", job_id=failing.pk).exists()
+
+
+@isolate_apps("tests.testapp")
+def test_a_generator_handler_is_refused_by_a_check_and_fails_its_row() -> None:
+    from django.db import models
+
+    from django_dbqueue.checks import _check_model
+    from django_dbqueue.models import QueueMixin
+
+    class Yielding(QueueMixin):
+        name = models.CharField(max_length=10)
+
+        class Meta(QueueMixin.Meta):
+            app_label = "testapp"
+
+        def process(self):  # type: ignore[no-untyped-def]
+            yield "nothing runs"
+
+    assert "django_dbqueue.E007" in {message.id for message in _check_model(Yielding)}
+    error = Worker(models=[Yielding], handle_signals=False).call(Yielding(name="y"))
+    assert isinstance(error, Discard) and "generator function" in str(error)

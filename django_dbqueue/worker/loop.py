@@ -15,6 +15,7 @@ wake-up listener, no closing of connections.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import signal
@@ -24,12 +25,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 
+from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections, router
 
 from .. import signals
 from ..conf import settings
-from ..exceptions import JobTimeout
+from ..exceptions import Discard, JobTimeout
 from ..leases import as_timedelta, default_worker_id
 from ..models import QueueMixin, queue_models
 from . import registry
@@ -239,7 +241,16 @@ class Worker:
             if self.alarm:
                 signal.setitimer(signal.ITIMER_REAL, float(timeout))
         try:
-            row.process()
+            if inspect.iscoroutinefunction(type(row).process):
+                # Run in this thread's event loop; the ORM calls it makes through
+                # sync_to_async come back to this thread, its connection and its transaction.
+                async_to_sync(row.process)()
+            elif inspect.isgeneratorfunction(type(row).process):
+                raise Discard(
+                    f"{type(row).__name__}.process() is a generator function: calling it runs nothing"
+                )
+            else:
+                row.process()
             return None
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
             return exc

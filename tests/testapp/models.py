@@ -139,6 +139,30 @@ class AtomicNoop(Noop):
         proxy = True
 
 
+class AsyncJob(Job):
+    """An ``async def`` handler, in lease mode."""
+
+    class Meta:
+        proxy = True
+
+    async def process(self) -> None:  # type: ignore[override]
+        await Ledger.objects.acreate(kind="AsyncJob", job_id=self.pk, attempt=self.queue_attempts)
+        if self.action == "fail":
+            raise ValueError("async failure")
+
+
+class AsyncAtomicJob(AtomicJob):
+    """An ``async def`` handler in atomic mode: its ORM calls join the job's transaction."""
+
+    class Meta:
+        proxy = True
+
+    async def process(self) -> None:  # type: ignore[override]
+        await Ledger.objects.acreate(kind="AsyncAtomicJob", job_id=self.pk, attempt=self.queue_attempts)
+        if self.action == "fail":
+            raise ValueError("async failure after a write")
+
+
 # -- chaos suite (tests/chaos) ------------------------------------------------------------
 
 
