@@ -26,7 +26,7 @@ from . import signals
 from .backends import DbNow, aware, retry_on_lock_conflicts
 from .exceptions import LeaseLost, describe_error
 from .history import AttemptOutcome, attempt_for, write_attempts
-from .leases import Claim
+from .leases import RUN_ALONE, Claim
 from .retry import retry_at as decide_retry
 from .states import QueueState
 
@@ -135,10 +135,10 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
 # -- failure -----------------------------------------------------------------------------------
 
 
-def fail(row: QueueMixin, claim: Claim, error: BaseException | str) -> datetime | None:
+def fail(row: QueueMixin, claim: Claim, error: BaseException | str, alone: bool = False) -> datetime | None:
     """Record a failed attempt of ``row`` with its reason, applying the retry policy: READY
-    again at the returned time, or FAILED for good (None). Raises LeaseLost if the claim is
-    gone (nothing written)."""
+    again at the returned time (claimed by itself, with ``alone``), or FAILED for good (None).
+    Raises LeaseLost if the claim is gone (nothing written)."""
     model = type(row)
     now = claim.now()
     retry_at = decide_retry(row.queue_retry_policy(), row.queue_attempts, error, now)
@@ -148,6 +148,8 @@ def fail(row: QueueMixin, claim: Claim, error: BaseException | str) -> datetime 
         values.update(queue_state=QueueState.FAILED, queue_finished_at=now, queue_token=-claim.token)
     else:
         values.update(queue_state=QueueState.READY, queue_run_at=retry_at, **_UNCLAIMED)
+        if alone:
+            values["queue_token"] = RUN_ALONE
     values.update(row.queue_failure_fields(error))
     outcome = AttemptOutcome.FAILED if retry_at is None else AttemptOutcome.RETRIED
 
@@ -191,17 +193,16 @@ def fail_by_key(model: type[QueueMixin], pk: Any, claim: Claim, reason: str) -> 
 # -- giving back, holding on ---------------------------------------------------------------------
 
 
-def release(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> int:
-    """Give rows back unprocessed: READY again, the attempt their claim counted undone."""
+def release(model: type[QueueMixin], ids: Sequence[Any], claim: Claim, alone: bool = False) -> int:
+    """Give rows back unprocessed: READY again, the attempt their claim counted undone; with
+    ``alone``, to be claimed one by one (one of them harmed the worker: see rescue.py)."""
     if not ids:
         return 0
-    return retry_on_lock_conflicts(
-        claim.using,
-        lambda: fenced(model, ids, claim).update(
-            queue_state=QueueState.READY, queue_attempts=F("queue_attempts") - 1, **_UNCLAIMED
-        ),
-        "release",
-    )
+    values: dict[str, Any] = {"queue_state": QueueState.READY, "queue_attempts": F("queue_attempts") - 1}
+    values.update(_UNCLAIMED)
+    if alone:
+        values["queue_token"] = RUN_ALONE
+    return retry_on_lock_conflicts(claim.using, lambda: fenced(model, ids, claim).update(**values), "release")
 
 
 def defer(model: type[QueueMixin], pk: Any, claim: Claim, until: datetime) -> bool:

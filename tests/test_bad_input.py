@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 import time
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.db.models import Count
 from django.test.utils import isolate_apps
 
@@ -23,8 +24,10 @@ from django_dbqueue.exceptions import Discard
 from django_dbqueue.models import Message, QueueAttempt
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
+from django_dbqueue.worker.leaks import LeakedTransaction
 from tests.conftest import wait_until
-from tests.testapp.models import HostileAtomicJob, HostileJob, Ledger
+from tests.testapp import models as testapp
+from tests.testapp.models import HostileAtomicJob, HostileJob, Job, Ledger
 
 # -- runqueue arguments ---------------------------------------------------------------------------
 
@@ -312,3 +315,88 @@ def test_a_generator_handler_is_refused_by_a_check_and_fails_its_row() -> None:
     assert "django_dbqueue.E007" in {message.id for message in _check_model(Yielding)}
     error = Worker(models=[Yielding], handle_signals=False).call(Yielding(name="y"))
     assert isinstance(error, Discard) and "generator function" in str(error)
+
+
+# -- handlers that leave a transaction open (issue #21, item 4) ------------------------------------
+
+
+def _enter_atomic_and_stay(row: object) -> None:
+    transaction.atomic().__enter__()
+
+
+def _autocommit_off(row: object) -> None:
+    transaction.set_autocommit(False)
+
+
+def _raw_begin(row: object) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+
+
+def _in_a_thread(target) -> None:  # type: ignore[no-untyped-def]
+    """Run ``target`` on a thread of its own: its connection, whatever the handler leaves on it."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=120)
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_handler_that_leaves_atomic_open_fails_and_its_worker_stops_cleanly(monkeypatch) -> None:
+    monkeypatch.setitem(testapp.HANDLER_HOOKS, "leak", _enter_atomic_and_stay)
+    Job.objects.bulk_create([Job(name="ok"), Job(name="leak"), Job(name="ok"), Job(name="ok")])
+    workers: list[Worker] = []
+
+    def drain() -> None:
+        worker = Worker(models=[Job], burst=True, handle_signals=False, batch_size=4)
+        workers.append(worker)
+        worker.run()
+
+    _in_a_thread(drain)
+    assert isinstance(workers[0].fatal, LeakedTransaction)
+    leaked = Job.objects.get(name="leak")
+    assert leaked.queue_state == QueueState.READY and "did not leave it" in leaked.queue_last_error
+    assert not Job.objects.filter(queue_state=QueueState.RUNNING).exists()  # nothing stuck
+    assert Job.objects.filter(name="ok", queue_state=QueueState.SUCCEEDED).count() == 1
+    _in_a_thread(lambda: Worker(models=[Job], burst=True, handle_signals=False, max_jobs=2).run())
+    assert Job.objects.filter(name="ok", queue_state=QueueState.SUCCEEDED).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_handler_that_turns_autocommit_off_fails_alone_and_the_worker_goes_on(monkeypatch) -> None:
+    monkeypatch.setitem(testapp.HANDLER_HOOKS, "leak", _autocommit_off)
+    Job.objects.bulk_create([Job(name="ok"), Job(name="leak"), Job(name="ok")])
+    stats = Worker(models=[Job], burst=True, handle_signals=False, batch_size=3, max_jobs=3).run()
+    assert stats.succeeded == 2 and stats.failed == 1
+    leaked = Job.objects.get(name="leak")
+    assert leaked.queue_state == QueueState.READY and "autocommit off" in leaked.queue_last_error
+    assert connection.get_autocommit()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_handler_that_sends_a_raw_begin_fails_alone(monkeypatch) -> None:
+    monkeypatch.setitem(testapp.HANDLER_HOOKS, "leak", _raw_begin)
+    Job.objects.bulk_create([Job(name="ok"), Job(name="leak"), Job(name="ok")])
+    for _ in range(20):
+        Worker(models=[Job], burst=True, handle_signals=False).run()
+        if not Job.objects.exclude(queue_state__in=[QueueState.SUCCEEDED, QueueState.FAILED]).exists():
+            break
+        time.sleep(0.3)  # the leaking row's retries wait out their backoff
+    leaked = Job.objects.get(name="leak")
+    assert leaked.queue_state == QueueState.FAILED and "raw BEGIN" in leaked.queue_last_error
+    assert leaked.queue_attempts == Job.queue_retry.max_attempts
+    assert Job.objects.filter(name="ok", queue_state=QueueState.SUCCEEDED).count() == 2
+    # A row that ran before the BEGIN in the same flush is run again (at least once): its
+    # uncounted attempt reuses its number, which the test's Ledger refuses once.
+    assert max(Job.objects.filter(name="ok").values_list("queue_attempts", flat=True)) <= 2

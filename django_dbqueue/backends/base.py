@@ -54,6 +54,13 @@ class QueueBackend:
         """The server refuses writes (a replica, a read-only switch-over): wait and reconnect."""
         return False
 
+    # -- transactions ----------------------------------------------------------------------
+
+    def server_in_transaction(self) -> bool:
+        """Whether the session has a transaction open on the server, whatever Django thinks
+        (a raw ``BEGIN`` sent by a handler). Asked once per flush of a batch's outcomes."""
+        return False
+
     # -- wake-ups --------------------------------------------------------------------------
 
     def notify(self, tables: Iterable[str]) -> None:

@@ -33,6 +33,18 @@ class MySQLBackend(QueueBackend):
     def is_read_only(self, exc: BaseException) -> bool:
         return _code(exc) in READ_ONLY
 
+    def server_in_transaction(self) -> bool:
+        connection = self.connection
+        with connection.cursor() as cursor:
+            if connection.mysql_is_mariadb:
+                cursor.execute("SELECT @@in_transaction")
+            else:  # MySQL 8 has no such variable: InnoDB knows the session's transaction
+                cursor.execute(
+                    "SELECT COUNT(*) FROM information_schema.innodb_trx "
+                    "WHERE trx_mysql_thread_id = CONNECTION_ID()"
+                )
+            return bool(cursor.fetchone()[0])
+
     def table_row_estimate(self, table: str) -> int | None:
         def estimate() -> int | None:
             with self.connection.cursor() as cursor:

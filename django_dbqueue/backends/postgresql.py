@@ -35,6 +35,14 @@ class PostgreSQLBackend(QueueBackend):
     def is_read_only(self, exc: BaseException) -> bool:
         return _sqlstate(exc) in READ_ONLY
 
+    def server_in_transaction(self) -> bool:
+        raw = self.connection.connection
+        if raw is None:
+            return False
+        info = getattr(raw, "info", None)  # psycopg 3: the client tracks it, no round trip
+        status = info.transaction_status if info is not None else raw.get_transaction_status()
+        return int(status) != 0  # IDLE
+
     def notify(self, tables: Iterable[str]) -> None:
         connection = self.connection
         wanted = set(tables)

@@ -12,3 +12,7 @@ class SQLiteBackend(QueueBackend):
     def is_lock_conflict(self, exc: BaseException) -> bool:
         text = str(exc)
         return "database is locked" in text or "database table is locked" in text
+
+    def server_in_transaction(self) -> bool:
+        raw = self.connection.connection
+        return bool(raw is not None and raw.in_transaction)

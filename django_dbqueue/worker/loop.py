@@ -34,7 +34,7 @@ from ..conf import settings
 from ..exceptions import Discard, JobTimeout
 from ..leases import as_timedelta, default_worker_id
 from ..models import QueueMixin, queue_models
-from . import registry
+from . import leaks, registry
 from .jobs import Batch
 from .lease import HardTimeoutHook, LeaseKeeper, Running
 from .shutdown import install_signals
@@ -155,7 +155,11 @@ class Worker:
             if restore:
                 restore()
             if self._registry_db:
-                registry.unregister(self.worker_id, self._registry_db)
+                using = self._registry_db
+                if isinstance(self.fatal, leaks.LeakedTransaction):  # this thread's connection is gone
+                    leaks.on_a_fresh_connection(lambda: registry.unregister(self.worker_id, using))
+                else:
+                    registry.unregister(self.worker_id, using)
             if not self.in_transaction:
                 connections.close_all()
         if self.fatal is not None:
