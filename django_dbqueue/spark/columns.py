@@ -13,7 +13,6 @@ from django.db import models as db_models
 
 from ..models import QUEUE_FIELDS, QueueMixin
 from ..states import QueueState
-from .read import sql_datetime
 
 #: Queue bookkeeping the enqueue sets itself; a DataFrame may carry any other column
 #: (``queue_priority`` and ``queue_run_at`` per row, for instance).
@@ -153,7 +152,7 @@ def fixed_values(
             micros = run_at // timedelta(microseconds=1)
             fixed.append(("queue_run_at", "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND", [micros]))
         else:
-            fixed.append(("queue_run_at", "%s", [sql_datetime(run_at)]))
+            fixed.append(("queue_run_at", "%s", [connection.ops.adapt_datetimefield_value(run_at)]))
     lacking = []
     set_here = {column for column, _, _ in fixed}
     for f in opts.concrete_fields:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
@@ -36,11 +36,14 @@ HISTORY_COLUMNS = (
     "attempt",
     "worker_id",
     "enqueued_at",
+    "due_at",
     "claimed_at",
     "finished_at",
     "outcome",
     "error",
 )
+#: History columns a table may lack, with their Spark type (``due_at`` came later).
+OPTIONAL_HISTORY_COLUMNS = {"due_at": "timestamp"}
 FETCH_SIZE = 10_000
 _LABEL = re.compile(r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
 
@@ -119,13 +122,6 @@ def resolve_model(model: type[QueueMixin] | str) -> type[QueueMixin]:
     if not (isinstance(model, type) and issubclass(model, QueueMixin)) or model._meta.abstract:
         raise ImproperlyConfigured(f"{model!r} is not a concrete QueueMixin model")
     return model
-
-
-def sql_datetime(value: datetime) -> str:
-    """An aware datetime as UTC text (``YYYY-MM-DD HH:MM:SS.ffffff``)."""
-    if value.tzinfo is None:
-        raise ValueError(f"{value!r} must be timezone-aware")
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def read_queue(
@@ -210,37 +206,59 @@ def read_history(
     """Attempt history (one row per finished attempt), read over JDBC in id ranges.
 
     ``since``/``until`` (aware datetimes) bound ``finished_at`` (``since <= finished_at <
-    until``); ``models`` keeps only these model labels. Timestamps are UTC."""
+    until``); ``models`` keeps only these model labels. Timestamps are UTC. A table without
+    ``due_at`` (history written before it was recorded) reads it as NULL."""
+    from pyspark.sql import functions as sf
+
     table = table or history_table()
     target = jdbc_target(using)
     check_utc(spark)
-    connection = connections[using]
-    qn = connection.ops.quote_name
-    where = ["1=1"]
-    if since is not None:
-        where.append(f"finished_at >= '{sql_datetime(since)}'")
-    if until is not None:
-        where.append(f"finished_at < '{sql_datetime(until)}'")
+    for value in (since, until):
+        if value is not None and value.tzinfo is None:
+            raise ValueError(f"{value!r} must be timezone-aware")
     if models:
         bad = [label for label in models if not _LABEL.match(label)]
         if bad:
             raise ValueError(f"not model labels (app_label.Model): {bad}")
-        where.append("model IN ({})".format(", ".join(f"'{label}'" for label in models)))
-    condition = " AND ".join(where)
+    connection = connections[using]
+    qn = connection.ops.quote_name
+    adapt = connection.ops.adapt_datetimefield_value
+    conditions, params = ["1=1"], []
+    if since is not None:
+        conditions.append("finished_at >= %s")
+        params.append(adapt(since))
+    if until is not None:
+        conditions.append("finished_at < %s")
+        params.append(adapt(until))
+    if models:
+        conditions.append(f"model IN ({', '.join(['%s'] * len(models))})")
+        params.extend(models)
     with connection.cursor() as cursor:
         if table not in connection.introspection.table_names(cursor):
             raise ImproperlyConfigured(
                 f"no attempt-history table {table!r} in database {using!r}: "
                 "install django_dbqueue's QueueAttempt model and run migrate"
             )
-        cursor.execute(f"SELECT MIN(id), MAX(id) FROM {qn(table)} WHERE {condition}")
+        present = {c.name for c in connection.introspection.get_table_description(cursor, table)}
+        lacking = [c for c in HISTORY_COLUMNS if c not in present and c not in OPTIONAL_HISTORY_COLUMNS]
+        if lacking:
+            raise ImproperlyConfigured(f"the history table {table!r} has no column(s) {lacking}")
+        cursor.execute(f"SELECT MIN(id), MAX(id) FROM {qn(table)} WHERE {' AND '.join(conditions)}", params)
         bounds = cursor.fetchone()
-    columns = ", ".join(qn(c) for c in HISTORY_COLUMNS)
-    return _read_jdbc(
-        spark,
-        target,
-        f"(SELECT {columns} FROM {qn(table)} WHERE {condition}) h",
-        partition_column="id",
-        bounds=bounds,
-        num_partitions=num_partitions,
+    df = _read_jdbc(
+        spark, target, qn(table), partition_column="id", bounds=bounds, num_partitions=num_partitions
+    )
+    # The same bounds again, for the rows: Spark pushes these filters into every partition's
+    # query, with its dialect's literals (JDBC takes no parameters in dbtable).
+    if since is not None:
+        df = df.where(sf.col("finished_at") >= sf.lit(since))
+    if until is not None:
+        df = df.where(sf.col("finished_at") < sf.lit(until))
+    if models:
+        df = df.where(sf.col("model").isin(list(models)))
+    return df.select(
+        *(
+            sf.col(c) if c in present else sf.lit(None).cast(OPTIONAL_HISTORY_COLUMNS[c]).alias(c)
+            for c in HISTORY_COLUMNS
+        )
     )
