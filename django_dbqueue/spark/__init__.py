@@ -14,12 +14,15 @@ Connector/J (``DBQUEUE_SPARK_JDBC_JAR``).
   Parquet + CSV + PNG charts + a Markdown summary.
 
 Modules, lowest first (imports only go downward): ``session`` (Java, the jar, UTC),
-``read`` (JDBC targets and reads), ``columns`` and ``enqueue`` (bulk enqueue), ``render``
-(CSV, charts, Markdown) and ``report`` (the aggregates).
+``read`` (JDBC targets and reads); ``columns`` then ``enqueue`` (bulk enqueue); ``render``
+(CSV, Markdown), ``charts``, ``aggregates`` and ``errors`` (the report's tables), then
+``report`` (:func:`queue_report`, which runs them).
 """
 
 from __future__ import annotations
 
+from .aggregates import OUTCOMES, PERCENTILES
+from .charts import CHART_BUCKETS, CHART_POINTS
 from .columns import QUEUE_BOOKKEEPING, unique_key_columns
 from .enqueue import DEFAULT_BATCH_SIZE, EnqueueResult, enqueue_dataframe, enqueue_messages
 from .read import (
@@ -34,8 +37,7 @@ from .read import (
     read_queue,
     read_table,
 )
-from .render import CHART_BUCKETS, CHART_POINTS
-from .report import OUTCOMES, PERCENTILES, QueueReport, queue_report
+from .report import QueueReport, queue_report
 from .session import (
     UTC_NAMES,
     Progress,

@@ -1,16 +1,18 @@
-"""Writing the report: rows collected from Spark, CSV files, PNG charts and the Markdown."""
+"""Writing the report: rows collected from Spark, CSV files and the Markdown (charts: :mod:`.charts`)."""
 
 from __future__ import annotations
 
 import csv
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .read import sql_datetime
-
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+
+Rows = list[dict[str, Any]]
 
 
 class Report(Protocol):
@@ -24,7 +26,7 @@ class Report(Protocol):
     seconds: float
 
 
-def collect_utc(df: DataFrame) -> list[dict[str, Any]]:
+def collect_utc(df: DataFrame) -> Rows:
     """Rows as dicts, timestamps as ISO strings in UTC (formatted by Spark, not by Python)."""
     from pyspark.sql import functions as sf
     from pyspark.sql.types import TimestampType
@@ -38,11 +40,13 @@ def collect_utc(df: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict() for row in df.select(*cols).collect()]
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
+def write_csv(path: Path, rows: Rows, columns: list[str]) -> Path:
+    """Rows as CSV; list values (the error samples) as JSON arrays, one cell each."""
     with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
-        writer.writerows(rows)
+        for row in rows:
+            writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
     return path
 
 
@@ -50,121 +54,117 @@ def parse_utc(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
-#: Longest time bucket of the charts' points, in minutes, and how many points a line may have.
-CHART_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440)
-CHART_POINTS = 400
-
-
-def chart_bucket(summary: list[dict[str, Any]]) -> int:
-    if not summary:
-        return 1
-    first = min(parse_utc(r["first_finished"]) for r in summary)
-    last = max(parse_utc(r["last_finished"]) for r in summary)
-    minutes = (last - first).total_seconds() / 60
-    return next((b for b in CHART_BUCKETS if minutes / b <= CHART_POINTS), CHART_BUCKETS[-1])
-
-
-def charts(out: Path, per_bucket: list[dict[str, Any]], bucket: int = 1) -> tuple[Path, Path]:
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
-
-    by_model: dict[str, list[dict[str, Any]]] = {}
-    for row in per_bucket:
-        by_model.setdefault(row["model"], []).append(row)
-
-    def setup(ax: Any, ylabel: str) -> None:
-        locator = AutoDateLocator()
-        ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-
-    fig = Figure(figsize=(11, 6), layout="constrained")
-    ax_done, ax_fail = fig.subplots(2, 1, sharex=True)
-    for model, rows in sorted(by_model.items()):
-        x = [parse_utc(r["minute"]) for r in rows]
-        ax_done.plot(x, [r["completed"] / bucket for r in rows], label=model, linewidth=1)
-        failed = [(r["failed"] + r["retried"] + r["lost"]) / bucket for r in rows]
-        ax_fail.plot(x, failed, label=model, linewidth=1)
-    setup(ax_done, "completed jobs / minute")
-    setup(ax_fail, "failed attempts / minute")
-    per = "minute" if bucket == 1 else f"{bucket}-minute bucket"
-    averaged = "" if bucket == 1 else f" (mean per minute over {bucket}-minute buckets)"
-    ax_done.set_title(f"Queue throughput, UTC{averaged}")
-    if by_model:
-        ax_done.legend(loc="upper right", fontsize="small")
-    throughput = out / "throughput.png"
-    fig.savefig(throughput, dpi=100)
-
-    fig = Figure(figsize=(11, 6), layout="constrained")
-    ax_wait, ax_run = fig.subplots(2, 1, sharex=True)
-    for model, rows in sorted(by_model.items()):
-        x = [parse_utc(r["minute"]) for r in rows]
-        for ax, prefix in ((ax_wait, "wait_s"), (ax_run, "run_s")):
-            (line,) = ax.plot(x, [r[f"{prefix}_p50"] for r in rows], label=f"{model} p50", linewidth=1)
-            ax.plot(
-                x,
-                [r[f"{prefix}_p95"] for r in rows],
-                label=f"{model} p95",
-                linewidth=1,
-                linestyle="--",
-                color=line.get_color(),
-            )
-    setup(ax_wait, "wait (enqueued → claimed), s")
-    setup(ax_run, "run (claimed → finished), s")
-    ax_wait.set_title(f"Latency per {per}, UTC: p50 solid, p95 dashed")
-    if by_model:
-        ax_wait.legend(loc="upper right", fontsize="small")
-    latency = out / "latency.png"
-    fig.savefig(latency, dpi=100)
-    return throughput, latency
-
-
 def _fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
     return str(value)
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def _cell(text: Any) -> str:
+    """Text inside a Markdown table cell, as code: pipes escaped, backticks made harmless."""
+    return "`" + str(text).replace("|", "\\|").replace("`", "'") + "`"
+
+
+def _utc_text(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _rate_basis(s: dict[str, Any]) -> str:
+    if s["rate_basis"] == "full minutes":
+        return f"{s['full_minutes']:,} full minute{'s' if s['full_minutes'] != 1 else ''}"
+    if s["rate_basis"] == "window":
+        return f"{s['window_s']:,.1f} s window (no full minute)"
+    return "- (one instant)"
+
+
+def _summary_tables(summary: Rows) -> list[str]:
+    lines = [
+        "| model | jobs | attempts | succeeded | failed | retried | lost | released "
+        "| attempt failure rate | job failure rate | completed / min | rate over |",
+        "|---|" + "---:|" * 10 + "---|",
+    ]
+    for s in summary:
+        counts = [s[k] for k in ("jobs", "attempts", "succeeded", "failed", "retried", "lost", "released")]
+        lines.append(
+            f"| {s['model']} | "
+            + " | ".join(_fmt(c) for c in counts)
+            + f" | {_percent(s['attempt_failure_rate'])} | {_percent(s['job_failure_rate'])} "
+            f"| {_fmt(s['completed_per_minute'], 1)} | {_rate_basis(s)} |"
+        )
+    lines += [
+        "",
+        "Completed = succeeded + failed for good. Completed / min counts the full minutes between a "
+        "model's first and last finishing minute; those two are partial (its work began and ended "
+        "inside them) and are left out. With no full minute, it is the rate over the window from the "
+        "first to the last finish.",
+        "",
+        "## Times (seconds)",
+        "",
+        "| model | wait p50 | wait p95 | wait p99 | run p50 | run p95 | run p99 "
+        "| end-to-end p50 | end-to-end p95 | end-to-end p99 |",
+        "|---|" + "---:|" * 9,
+    ]
+    for s in summary:
+        times = [s[f"{p}_p{q}"] for p in ("wait_s", "run_s", "e2e_s") for q in (50, 95, 99)]
+        lines.append(f"| {s['model']} | " + " | ".join(_fmt(t) for t in times) + " |")
+    lines += [
+        "",
+        "Wait = claimed - due: the queue delay, from the later of the row's run-at when it was claimed "
+        "and its enqueue time (backoff, scheduling and retries of old rows are not queue delay). "
+        "Run = finished - claimed. End-to-end = finished - enqueued, for the attempts that ended "
+        "their job (succeeded or failed for good).",
+    ]
+    for s in summary:
+        if s["wait_from_enqueued"]:
+            lines.append(
+                f"{s['model']}: {s['wait_from_enqueued']:,} attempts have no recorded due time "
+                "(older history); their wait counts from enqueue."
+            )
+    return lines
+
+
+def _error_table(errors: Rows) -> list[str]:
+    if not errors:
+        return ["No errors."]
+    lines = [
+        "Grouped by exception and message, numbers, amounts, ids and e-mail addresses masked; "
+        "samples are the most recent distinct messages of the group.",
+        "",
+        "| model | count | exception | message | distinct messages | last seen | samples |",
+        "|---|---:|---|---|---:|---|---|",
+    ]
+    for e in errors:
+        samples = "<br>".join(_cell(sample) for sample in e["samples"])
+        lines.append(
+            f"| {e['model']} | {_fmt(e['count'])} | {e['exception'] or '-'} | {_cell(e['message'])} "
+            f"| {_fmt(e['distinct_messages'])} | {e['last_seen']} | {samples} |"
+        )
+    return lines
+
+
 def markdown(path: Path, report: Report, since: datetime | None, until: datetime | None) -> Path:
-    start = sql_datetime(since) if since else "the beginning"
-    window = f"{start} to {sql_datetime(until) if until else 'now'} (UTC)"
+    start = _utc_text(since) if since else "the beginning"
+    window = f"{start} to {_utc_text(until) if until else 'now'} (UTC)"
     lines = [
         "# Queue report",
         "",
         f"Attempts finished from {window}. Generated {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC "
-        f"in {report.seconds:.1f} s. Times in seconds; wait = claimed - enqueued, run = finished - claimed.",
+        f"in {report.seconds:.1f} s.",
         "",
     ]
     if not report.summary:
         lines.append("No finished attempts in this window.")
     else:
-        lines += [
-            "| model | jobs | attempts | succeeded | failed | retried | lost | released "
-            "| attempt failure rate | job failure rate | jobs/min "
-            "| wait p50 | wait p95 | wait p99 | run p50 | run p95 | run p99 |",
-            "|---|" + "---:|" * 16,
-        ]
-        for s in report.summary:
-            rate = _fmt(s["attempt_failure_rate"] * 100 if s["attempt_failure_rate"] is not None else None, 1)
-            job_rate = _fmt(s["job_failure_rate"] * 100 if s["job_failure_rate"] is not None else None, 1)
-            lines.append(
-                f"| {s['model']} | {s['jobs']} | {s['attempts']} | {s['succeeded']} | {s['failed']} | "
-                f"{s['retried']} | {s['lost']} | {s['released']} | {rate} % | {job_rate} % | "
-                f"{_fmt(s['completed_per_minute'], 1)} | "
-                + " | ".join(_fmt(s[f"{p}_p{q}"]) for p in ("wait_s", "run_s") for q in (50, 95, 99))
-                + " |"
-            )
-        lines += ["", "## Top errors", ""]
-        if report.top_errors:
-            lines += ["| model | count | last seen | message |", "|---|---:|---|---|"]
-            for e in report.top_errors:
-                text = str(e["message"]).replace("|", "\\|")
-                lines.append(f"| {e['model']} | {e['count']} | {e['last_seen']} | `{text}` |")
-        else:
-            lines.append("No errors.")
+        lines += ["## Throughput and failures", "", *_summary_tables(report.summary)]
+        lines += ["", "## Top errors", "", *_error_table(report.top_errors)]
     lines += ["", "## Files", ""]
     lines += [f"* `{name}`: {p.relative_to(report.out)}" for name, p in report.files.items()]
     lines += ["", "![throughput](throughput.png)", "", "![latency](latency.png)", ""]
