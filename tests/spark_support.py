@@ -86,8 +86,8 @@ def attempt(
 
 
 @pytest.fixture
-def history() -> Iterator[Callable[[Iterable[dict[str, Any]]], None]]:
-    """``history(rows)`` writes attempt rows (from :func:`attempt`) into the real history
+def attempt_history() -> Iterator[Callable[[Iterable[dict[str, Any]]], None]]:
+    """``attempt_history(rows)`` writes attempt rows (from :func:`attempt`) into the real history
     table; they are deleted afterwards."""
     model = apps.get_model("django_dbqueue", "QueueAttempt")
 

@@ -78,10 +78,10 @@ def _csv(report, name: str) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-def test_report_numbers_match_a_history_with_known_timings(spark, history, tmp_path):
+def test_report_numbers_match_a_history_with_known_timings(spark, attempt_history, tmp_path):
     from django_dbqueue.spark import queue_report
 
-    history(_known_history())
+    attempt_history(_known_history())
     report = queue_report(spark, out=tmp_path / "report", since=BASE - timedelta(hours=1))
     summary = {row["model"]: row for row in report.summary}
     assert set(summary) == {"shop.Order", "mail.Email"}
@@ -147,7 +147,7 @@ def test_report_numbers_match_a_history_with_known_timings(spark, history, tmp_p
     assert "| ValueError | `card declined` |" in markdown and "OldError" not in markdown
 
 
-def test_rate_per_minute_counts_full_minutes_only(spark, history, tmp_path):
+def test_rate_per_minute_counts_full_minutes_only(spark, attempt_history, tmp_path):
     """One job finishing every 0.5 s from 12:10:45 to 12:14:14.5: 120 a minute in each of the
     three full minutes, 30 in each partial edge minute. Counting the edges as whole minutes
     would say 420 / 5 = 84 a minute."""
@@ -161,7 +161,7 @@ def test_rate_per_minute_counts_full_minutes_only(spark, history, tmp_path):
             attempt("shop.Order", k, 1, enqueued=finished - SECOND, due=finished - SECOND,
                     claimed=finished - SECOND / 2, finished=finished)
         )  # fmt: skip
-    history(rows)
+    attempt_history(rows)
     report = queue_report(spark, out=tmp_path, since=BASE)
     (order,) = report.summary
     assert order["completed"] == 420
@@ -192,7 +192,7 @@ ERRORS = [
 ]
 
 
-def test_top_errors_are_grouped_by_exception_and_masked_message(spark, history, tmp_path):
+def test_top_errors_are_grouped_by_exception_and_masked_message(spark, attempt_history, tmp_path):
     from django_dbqueue.spark import queue_report
 
     rows = []
@@ -209,7 +209,7 @@ def test_top_errors_are_grouped_by_exception_and_masked_message(spark, history, 
             attempt("shop.Payment", k, 1, enqueued=BASE, due=BASE, claimed=finished, finished=finished,
                     outcome="lost" if lost else "retried", error=error)
         )  # fmt: skip
-    history(rows)
+    attempt_history(rows)
     report = queue_report(spark, out=tmp_path, since=BASE)
     groups = {(e["exception"], e["message"]): e for e in report.top_errors}
     assert [(e["rank"], e["exception"], e["message"], e["count"]) for e in report.top_errors][:2] == [
@@ -279,11 +279,11 @@ def _bulk_retry_history() -> list[dict]:
     return rows
 
 
-def test_wait_counts_from_the_due_time_after_a_bulk_retry(spark, history, tmp_path):
+def test_wait_counts_from_the_due_time_after_a_bulk_retry(spark, attempt_history, tmp_path):
     from django_dbqueue.spark import queue_report, read_history
 
     rows = _bulk_retry_history()
-    history(rows)
+    attempt_history(rows)
     report = queue_report(spark, out=tmp_path / "due", since=BASE - timedelta(hours=1))
     (refund,) = report.summary
     assert (refund["attempts"], refund["succeeded"], refund["wait_from_enqueued"]) == (10, 10, 0)
@@ -322,10 +322,10 @@ def test_wait_counts_from_the_due_time_after_a_bulk_retry(spark, history, tmp_pa
     assert "shop.Refund: 10 attempts have no recorded due time" in report.files["report.md"].read_text()
 
 
-def test_read_history_bounds_run_in_the_database(spark, history, tmp_path, capsys):
+def test_read_history_bounds_run_in_the_database(spark, attempt_history, tmp_path, capsys):
     from django_dbqueue.spark import queue_report, read_history
 
-    history(_known_history())
+    attempt_history(_known_history())
     # shop.Order i finished 1.1 * i s after BASE: since includes i = 10, until excludes i = 20.
     df = read_history(spark, models=["shop.Order"], since=BASE + 11 * SECOND, until=BASE + 22 * SECOND)
     assert sorted(int(r.object_id) for r in df.collect()) == list(range(10, 20))
@@ -346,8 +346,8 @@ def test_read_history_bounds_run_in_the_database(spark, history, tmp_path, capsy
     assert report.summary[0]["attempts"] == 101  # with the old failure: no since=
 
 
-def test_commands_enqueue_from_files_and_report(spark, history, tmp_path):
-    history(_known_history())
+def test_commands_enqueue_from_files_and_report(spark, attempt_history, tmp_path):
+    attempt_history(_known_history())
     parquet = tmp_path / "accounts.parquet"
     spark.range(1, 1_001).selectExpr(
         "id AS account_id", "CONCAT('user', id, '@example.com') AS email"
