@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS {table} (
     attempt integer NOT NULL,
     worker_id varchar(255) NOT NULL,
     enqueued_at datetime(6) NOT NULL,
+    due_at datetime(6) NULL,
     claimed_at datetime(6) NOT NULL,
     finished_at datetime(6) NULL,
     outcome varchar(16) NOT NULL,
@@ -44,11 +45,12 @@ CREATE TABLE IF NOT EXISTS {table} (
 """
 # N attempts, one every 0.6 s (a week per million), three models; waits skewed towards zero
 # (up to ~40 s, slower in the afternoons), runs up to 2 s; 2 % fail for good, ~14 % are
-# retried, 0.1 % lost; five distinct error messages. RAND(seq) is seeded per row: repeatable.
+# retried, 0.1 % lost; five distinct error messages (one group once numbers are masked).
+# RAND(seq) is seeded per row: repeatable.
 HISTORY_FILL = """
 INSERT INTO {table}
-    (model, object_id, attempt, worker_id, enqueued_at, claimed_at, finished_at, outcome, error)
-SELECT model, seq, 1 + (seq % 7 = 0), CONCAT('bench-host:', seq % 4), enq,
+    (model, object_id, attempt, worker_id, enqueued_at, due_at, claimed_at, finished_at, outcome, error)
+SELECT model, seq, 1 + (seq % 7 = 0), CONCAT('bench-host:', seq % 4), enq, enq,
        enq + INTERVAL wait_us MICROSECOND, enq + INTERVAL (wait_us + run_us) MICROSECOND, outcome,
        IF(outcome = 'succeeded', '',
           CONCAT('Traceback (most recent call last):\\n  File "app.py", line ', seq % 100,

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections
 
+# The Spark tests' session-wide SparkSession and history fixtures (started only when used).
+from tests.spark_support import attempt_history, spark  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -26,14 +26,16 @@ REVIEWED = {
         "django_dbqueue/pagination.py",
         "plan_row_estimate",
     ): "EXPLAIN + the SQL Django compiled; its params go separately",
-    ("django_dbqueue/spark.py", "read_history"): (
-        "WHERE for Spark's JDBC partitions (no parameters there): datetimes formatted from datetime "
-        "objects, model labels checked against _LABEL first"
+    ("django_dbqueue/spark/read.py", "read_history"): (
+        "MIN/MAX(id) for Spark's partitions: the WHERE is constant text with one %s per value, "
+        "the values (datetimes, model labels) are parameters"
     ),
-    ("django_dbqueue/spark.py", "enqueue_dataframe"): (
+    ("django_dbqueue/spark/enqueue.py", "enqueue_dataframe"): (
         "DDL/DML on a staging table: identifiers through qn() (quote_name), values by parameters"
     ),
-    ("django_dbqueue/spark.py", "_insert_chunk"): "runs enqueue_dataframe's INSERT … SELECT with its params",
+    ("django_dbqueue/spark/enqueue.py", "_insert_chunk"): (
+        "runs enqueue_dataframe's INSERT … SELECT with its params"
+    ),
 }
 
 

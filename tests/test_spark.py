@@ -1,4 +1,5 @@
-"""The Spark pipeline against a real MariaDB and a local SparkSession (one for the whole run).
+"""The Spark pipeline's enqueue and reads against a real MariaDB and a local SparkSession (one
+for the whole run; the report is tested in test_spark_report.py).
 
 Skipped only where the pipeline cannot run: no pyspark, no Java, no JDBC jar, or a database
 that is not MySQL/MariaDB (the SQLite and PostgreSQL runs of the suite).
@@ -6,56 +7,20 @@ that is not MySQL/MariaDB (the SQLite and PostgreSQL runs of the suite).
 
 from __future__ import annotations
 
-import csv
-import importlib.util
-import io
-import os
-import shutil
 import signal
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.db import connection
 from django.db.models import Count
-from django.test import override_settings
 
-from django_dbqueue.conf import settings as dbqueue_settings
 from django_dbqueue.states import QueueState
 from tests.conftest import wait_until
+from tests.spark_support import db_now, spark_marks
 from tests.sparkapp.models import AccountSync, Delivery
 
-
-def _missing() -> str | None:
-    if not os.environ.get("DATABASE_URL", "").startswith("mysql"):
-        return "the Spark pipeline targets MySQL/MariaDB (DATABASE_URL is not mysql://)"
-    if importlib.util.find_spec("pyspark") is None:
-        return "pyspark is not installed (pip install -e '.[dev]')"
-    if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
-        return "no Java runtime (apt-get install default-jre-headless)"
-    if not os.path.isfile(dbqueue_settings.SPARK_JDBC_JAR):
-        return f"no MariaDB JDBC jar at {dbqueue_settings.SPARK_JDBC_JAR} (apt-get install libmariadb-java)"
-    return None
-
-
-MISSING = _missing()
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(MISSING is not None, reason=MISSING or ""),
-    pytest.mark.django_db(transaction=True),
-]
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator:
-    from django_dbqueue.spark import spark_session
-
-    session = spark_session("local[2]", driver_memory="1g", log_level="ERROR")
-    yield session
-    session.stop()
+pytestmark = spark_marks()
 
 
 def _accounts(spark, first: int, last: int):
@@ -73,23 +38,17 @@ def _staging_tables() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _db_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT UTC_TIMESTAMP(6)")
-        return cursor.fetchone()[0].replace(tzinfo=UTC)
-
-
 def test_enqueue_100k_rows_twice_is_idempotent(spark):
     from django_dbqueue.spark import enqueue_dataframe
 
     df = _accounts(spark, 1, 100_000).cache()
-    before = _db_now()
+    before = db_now()
     first = enqueue_dataframe(df, AccountSync, priority=5)
     assert (first.rows, first.inserted, first.skipped) == (100_000, 100_000, 0)
     assert first.chunks == 10
     second = enqueue_dataframe(df, AccountSync, priority=5)
     assert (second.rows, second.inserted, second.skipped) == (100_000, 0, 100_000)
-    after = _db_now()
+    after = db_now()
 
     assert AccountSync.objects.count() == 100_000
     assert set(
@@ -123,12 +82,12 @@ def test_composite_key_defaults_and_delay(spark):
         sf.format_string("r%04d@example.com", sf.col("id")).alias("recipient"),
         sf.lit("Hello").alias("subject"),
     )
-    before = _db_now()
+    before = db_now()
     result = enqueue_dataframe(df, Delivery, run_at=timedelta(hours=1))
     assert (result.inserted, result.skipped) == (1_000, 0)
     assert enqueue_dataframe(df, Delivery).inserted == 0
     row = Delivery.objects.get(recipient="r0007@example.com")
-    assert before + timedelta(hours=1) <= row.queue_run_at <= _db_now() + timedelta(hours=1)
+    assert before + timedelta(hours=1) <= row.queue_run_at <= db_now() + timedelta(hours=1)
     assert Delivery.queue_queryset().ready().count() == 0  # not due for an hour
 
 
@@ -196,6 +155,8 @@ def test_enqueue_while_two_workers_drain_the_table(spark, start_worker):
 
     history = read_history(spark, models=["sparkapp.AccountSync"])
     assert history.where("outcome = 'succeeded'").count() == total + 1
+    # Each attempt records when it was due, at or before its claim: the report's wait counts from it.
+    assert history.where("due_at IS NULL OR due_at > claimed_at").count() == 0
 
     # A re-run never re-queues finished work.
     assert enqueue_dataframe(df, AccountSync).inserted == 0
@@ -264,243 +225,3 @@ def test_timezone_round_trip_is_exact_to_the_microsecond(spark):
         (ts - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1) for ts in TZ_VALUES
     ]
     assert read_queue(spark, AccountSync).rdd.getNumPartitions() == 2  # id ranges
-
-
-# -- report -----------------------------------------------------------------------------------
-
-BASE = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
-HISTORY_DDL = """
-CREATE TABLE {table} (
-    id bigint NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    model varchar(100) NOT NULL,
-    object_id varchar(64) NOT NULL,
-    attempt integer NOT NULL,
-    worker_id varchar(255) NOT NULL,
-    enqueued_at datetime(6) NOT NULL,
-    claimed_at datetime(6) NOT NULL,
-    finished_at datetime(6) NULL,
-    outcome varchar(16) NOT NULL,
-    error longtext NOT NULL
-)
-"""
-
-
-def _known_history() -> list[tuple]:
-    """shop.Order: 100 attempts waiting i s and running i/10 s (i = 1..100); 91-95 fail for
-    good, 96-100 are retried. mail.Email: 5 jobs, each retried once, then succeeded."""
-    rows = []
-    for i in range(1, 101):
-        claimed = BASE + timedelta(seconds=i)
-        finished = claimed + timedelta(microseconds=i * 100_000)
-        outcome, error = "succeeded", ""
-        if 91 <= i <= 95:
-            outcome, error = (
-                "failed",
-                'Traceback (most recent call last):\n  File "x.py"\nValueError: card declined\n',
-            )
-        elif i > 95:
-            outcome, error = "retried", "Traceback (most recent call last):\nTimeoutError: gateway"
-        rows.append(("shop.Order", str(i), 1, "w1", BASE, claimed, finished, outcome, error))
-    for j in range(1, 6):
-        enq = BASE + timedelta(minutes=3)
-        rows.append(
-            (
-                "mail.Email",
-                str(j),
-                1,
-                "w2",
-                enq,
-                enq + timedelta(seconds=2),
-                enq + timedelta(seconds=2.5),
-                "retried",
-                "ConnectionError: smtp down",
-            )
-        )
-        rows.append(
-            (
-                "mail.Email",
-                str(j),
-                2,
-                "w2",
-                enq,
-                enq + timedelta(seconds=12),
-                enq + timedelta(seconds=12.5),
-                "succeeded",
-                "",
-            )
-        )
-    # Outside the report's window: must not count.
-    old = BASE - timedelta(days=2)
-    rows.append(
-        ("shop.Order", "1", 1, "w1", old, old, old + timedelta(seconds=1), "failed", "OldError: gone")
-    )
-    return rows
-
-
-@pytest.fixture
-def history_table() -> Iterator[str]:
-    from django_dbqueue.spark import history_table
-
-    table = history_table()
-    with connection.cursor() as cursor:
-        created = table not in connection.introspection.table_names(cursor)
-        if created:
-            cursor.execute(HISTORY_DDL.format(table=table))
-        cursor.executemany(
-            f"INSERT INTO {table} (model, object_id, attempt, worker_id, enqueued_at, claimed_at,"
-            " finished_at, outcome, error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [(*r[:4], *[t.replace(tzinfo=None) for t in r[4:7]], *r[7:]) for r in _known_history()],
-        )
-    yield table
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE {table}" if created else f"DELETE FROM {table}")
-
-
-def test_report_numbers_match_a_history_with_known_timings(spark, history_table, tmp_path):
-    from django_dbqueue.spark import queue_report
-
-    report = queue_report(spark, out=tmp_path / "report", since=BASE - timedelta(hours=1))
-    summary = {row["model"]: row for row in report.summary}
-    assert set(summary) == {"shop.Order", "mail.Email"}
-
-    order = summary["shop.Order"]
-    assert (order["attempts"], order["jobs"], order["succeeded"], order["failed"], order["retried"]) == (
-        100,
-        100,
-        90,
-        5,
-        5,
-    )
-    # Exact percentiles with linear interpolation over 1..100 s.
-    assert order["wait_s_p50"] == pytest.approx(50.5)
-    assert order["wait_s_p95"] == pytest.approx(95.05)
-    assert order["wait_s_p99"] == pytest.approx(99.01)
-    assert order["run_s_p50"] == pytest.approx(5.05)
-    assert order["run_s_p95"] == pytest.approx(9.505)
-    assert order["run_s_p99"] == pytest.approx(9.901)
-    assert order["attempt_failure_rate"] == pytest.approx(0.10)
-    assert order["job_failure_rate"] == pytest.approx(5 / 95)
-    assert order["completed"] == 95 and order["minutes"] == 2
-    assert order["completed_per_minute"] == pytest.approx(47.5)
-    assert order["retried_jobs"] == 0 and order["max_attempt"] == 1
-    assert order["first_finished"] == "2026-01-05T12:00:01.100000Z"
-
-    email = summary["mail.Email"]
-    assert (email["attempts"], email["jobs"], email["retried"], email["succeeded"]) == (10, 5, 5, 5)
-    assert (email["retried_jobs"], email["max_attempt"]) == (5, 2)
-    assert email["wait_s_p50"] == pytest.approx(7.0) and email["run_s_p99"] == pytest.approx(0.5)
-    assert email["attempt_failure_rate"] == pytest.approx(0.5) and email["job_failure_rate"] == 0
-
-    errors = [(e["model"], e["message"], e["count"]) for e in report.top_errors]
-    assert errors == [
-        ("mail.Email", "ConnectionError: smtp down", 5),
-        ("shop.Order", "TimeoutError: gateway", 5),
-        ("shop.Order", "ValueError: card declined", 5),
-    ]
-
-    # Per minute: finished at 1.1 * i s after 12:00 -> i <= 54 in the first minute.
-    with open(report.files["per_minute.csv"]) as fh:
-        per_minute = [r for r in csv.DictReader(fh) if r["model"] == "shop.Order"]
-    assert [(r["minute"], r["attempts"], r["completed"]) for r in per_minute] == [
-        ("2026-01-05T12:00:00.000000Z", "54", "54"),
-        ("2026-01-05T12:01:00.000000Z", "46", "41"),
-    ]
-    with open(report.files["attempts.csv"]) as fh:
-        attempts = [(r["model"], r["attempt"], r["attempts"]) for r in csv.DictReader(fh)]
-    assert attempts == [("mail.Email", "1", "5"), ("mail.Email", "2", "5"), ("shop.Order", "1", "100")]
-
-    for name in ("throughput.png", "latency.png"):
-        assert report.files[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert report.files[name].stat().st_size > 10_000
-    for name in ("summary", "per_minute", "top_errors", "attempts"):
-        assert any(report.files[f"{name}.parquet"].glob("*.parquet"))
-    markdown = report.files["report.md"].read_text()
-    assert "| shop.Order | 100 | 100 | 90 | 5 | 5 |" in markdown
-    assert "`ValueError: card declined`" in markdown and "OldError" not in markdown
-
-
-def test_report_filters_by_model_and_window(spark, history_table, tmp_path):
-    from django_dbqueue.spark import queue_report, read_history
-
-    history = read_history(spark, models=["mail.Email"], until=BASE + timedelta(minutes=3, seconds=5))
-    assert history.count() == 5
-    report = queue_report(spark, out=tmp_path, models=["shop.Order"])
-    assert [s["model"] for s in report.summary] == ["shop.Order"]
-    assert report.summary[0]["attempts"] == 101  # with the old failure: no since=
-
-
-def test_commands_enqueue_from_files_and_report(spark, history_table, tmp_path):
-    parquet = tmp_path / "accounts.parquet"
-    _accounts(spark, 1, 1_000).write.parquet(str(parquet))
-    out = io.StringIO()
-    call_command(
-        "queue_spark_enqueue",
-        "sparkapp.AccountSync",
-        "--parquet",
-        str(parquet),
-        "--priority",
-        "7",
-        stdout=out,
-    )
-    assert "sparkapp.AccountSync: 1000 inserted, 0 already queued (of 1000 rows)" in out.getvalue()
-    assert "chunk 1/1" in out.getvalue()
-
-    csv_path = tmp_path / "more.csv"
-    csv_path.write_text("acct,mail\n1000,a@example.com\n1001,b@example.com\n")
-    out = io.StringIO()
-    call_command(
-        "queue_spark_enqueue",
-        "sparkapp.AccountSync",
-        "--csv",
-        str(csv_path),
-        "--columns",
-        "acct:account_id,mail:email",
-        "--delay",
-        "60",
-        stdout=out,
-    )
-    assert "1 inserted, 1 already queued (of 2 rows)" in out.getvalue()
-    assert AccountSync.objects.get(account_id=1001).email == "b@example.com"
-    assert AccountSync.objects.filter(queue_priority=7).count() == 1_000
-
-    out = io.StringIO()
-    call_command(
-        "queue_spark_enqueue",
-        "sparkapp.Delivery",
-        "--table",
-        "sparkapp_accountsync",
-        "--columns",
-        "email:recipient,email:subject,queue_state:campaign",
-        stdout=out,
-    )
-    assert "1001 inserted" in out.getvalue()
-
-    out = io.StringIO()
-    call_command("queuereport", "--since", "2026-01-05T11:00", "--out", str(tmp_path / "r"), stdout=out)
-    assert "shop.Order: 100 attempts, 100 jobs, failure rate 10.0 %" in out.getvalue()
-    assert (tmp_path / "r" / "report.md").exists()
-
-
-def test_commands_fail_with_clear_errors(spark, tmp_path):
-    with pytest.raises(CommandError, match="does not exist"):
-        call_command("queue_spark_enqueue", "sparkapp.AccountSync", "--parquet", str(tmp_path / "nope"))
-    with pytest.raises(CommandError, match="Unknown model"):
-        call_command("queue_spark_enqueue", "shop.Nope", "--csv", str(tmp_path))
-    with pytest.raises(CommandError, match="one of the arguments --parquet --csv --table is required"):
-        call_command("queue_spark_enqueue", "sparkapp.AccountSync")
-    with pytest.raises(CommandError, match="needs a UNIQUE constraint"):
-        call_command(
-            "queue_spark_enqueue",
-            "sparkapp.AccountSync",
-            "--table",
-            "sparkapp_accountsync",
-            "--columns",
-            "email",
-            "--key",
-            "email",
-        )
-    with override_settings(DBQUEUE_SPARK_JDBC_JAR=str(tmp_path / "missing.jar")):
-        with pytest.raises(CommandError, match="MariaDB JDBC driver not found"):
-            call_command("queuereport", "--out", str(tmp_path / "r"))
-    with pytest.raises(CommandError, match="Unknown database alias"):
-        call_command("queuereport", "--database", "nope")

@@ -33,6 +33,9 @@ class QueueBackend:
     #: (``queue_enqueued_at``) breaks ties instead.
     order_by_pk = False
 
+    #: The Spark pipeline (``django_dbqueue.spark``) reads and writes it through JDBC.
+    spark_jdbc = False
+
     #: Idle workers can be woken by the database (PostgreSQL's LISTEN/NOTIFY); elsewhere
     #: they poll with an index-only probe.
     can_notify = False

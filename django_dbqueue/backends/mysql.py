@@ -26,6 +26,7 @@ class MySQLBackend(QueueBackend):
     # InnoDB's secondary index entries end with the primary key: the claim index orders by
     # it for free.
     order_by_pk = True
+    spark_jdbc = True  # MariaDB Connector/J speaks to MySQL and MariaDB alike
 
     def is_lock_conflict(self, exc: BaseException) -> bool:
         return _code(exc) in LOCK_CONFLICTS

@@ -4,7 +4,7 @@ from django.contrib import admin
 
 from django_dbqueue.admin import QueueAdminMixin
 
-from .models import Customer, Invoice, Order
+from .models import Customer, CustomerSync, Invoice, Order
 
 
 @admin.register(Order)
@@ -16,6 +16,14 @@ class OrderAdmin(QueueAdminMixin, admin.ModelAdmin):
     list_filter = ["status", "customer__country"]
     search_fields = ["customer__name"]
     list_select_related = ["customer"]
+
+
+@admin.register(CustomerSync)
+class CustomerSyncAdmin(QueueAdminMixin, admin.ModelAdmin):
+    # Filled in bulk by the Spark pipeline (docs/spark.md); moderated like any queue.
+    list_display = ["id", "customer", "synced_at"]
+    list_filter = ["customer__country"]
+    search_fields = ["customer__name"]
 
 
 admin.site.register(Customer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db import models
+from django.utils import timezone
 
 from django_dbqueue.exceptions import Discard
 from django_dbqueue.models import QueueMixin
@@ -13,6 +14,10 @@ from django_dbqueue.retry import ExponentialBackoff
 
 class PaymentDeclined(Exception):
     """A transient failure: the payment provider said no, try again later."""
+
+
+class CrmRejected(Exception):
+    """The CRM refused a customer record (the demo's blocked country): retried, then failed."""
 
 
 class Customer(models.Model):
@@ -60,3 +65,27 @@ class Invoice(models.Model):
 
     def __str__(self) -> str:
         return f"Invoice for order {self.order_id}: {self.amount}"
+
+
+class CustomerSync(QueueMixin):
+    """Push one customer's record to the CRM: the bulk-enqueue demo of the Spark pipeline.
+
+    ``customer`` is unique, so a load of "customers to resync" is idempotent: run
+    ``queue_spark_enqueue shop.CustomerSync --table shop_customer --columns id:customer``
+    twice and the second run inserts nothing (``enqueue_dataframe`` refuses a model
+    without such a key). See docs/spark.md."""
+
+    customer = models.OneToOneField(Customer, on_delete=models.CASCADE, related_name="sync")
+    synced_at = models.DateTimeField(null=True, blank=True)
+
+    queue_retry = ExponentialBackoff(base=0.2, factor=2, max_delay=5, max_attempts=3)
+
+    def __str__(self) -> str:
+        return f"CRM sync of customer {self.customer_id}"
+
+    def process(self) -> None:
+        if self.customer.country == "XX":
+            # The customer id in the message varies per row: the report groups them as one error.
+            raise CrmRejected(f"CRM rejected customer {self.customer_id}: country {self.customer.country!r}")
+        self.synced_at = timezone.now()
+        self.save()

@@ -22,6 +22,19 @@ def since_value(value: str) -> datetime:
     return aware_datetime(value)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def _throughput(row: dict[str, Any]) -> str:
+    """Completed jobs per minute and what they were counted over (full minutes or the window)."""
+    if row["rate_basis"] == "full minutes":
+        return f"{row['completed_per_minute']:.1f} completed/min (over {row['full_minutes']} full minutes)"
+    if row["rate_basis"] == "window":
+        return f"{row['completed_per_minute']:.1f} completed/min (over a {row['window_s']:.1f} s window)"
+    return "no completion rate (one instant)"
+
+
 class Command(BaseCommand):
     help = (
         "Report queue throughput, wait/run time percentiles, failure rates, top errors and retries "
@@ -79,8 +92,9 @@ class Command(BaseCommand):
             rate = row["attempt_failure_rate"]
             self.stdout.write(
                 f"{row['model']}: {row['attempts']} attempts, {row['jobs']} jobs, "
-                f"failure rate {rate * 100 if rate is not None else 0:.1f} %, "
-                f"wait p95 {row['wait_s_p95']:.3f}s, run p95 {row['run_s_p95']:.3f}s"
+                f"failure rate {rate * 100 if rate is not None else 0:.1f} %, {_throughput(row)}, "
+                f"wait p95 {_seconds(row['wait_s_p95'])}, run p95 {_seconds(row['run_s_p95'])}, "
+                f"end-to-end p95 {_seconds(row['e2e_s_p95'])}"
             )
         if not report.summary:
             self.stdout.write("no finished attempts in this window")
