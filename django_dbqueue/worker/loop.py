@@ -22,7 +22,6 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 from asgiref.sync import async_to_sync
@@ -39,27 +38,11 @@ from .jobs import Batch
 from .lease import HardTimeoutHook, LeaseKeeper, Running
 from .shutdown import install_signals
 from .sizing import ClaimSizer, atomic_group, default_batch_size
+from .stats import WorkerStats
 from .tables import check_tables, has_queue_column
 from .wakeup import Listener
 
 logger = logging.getLogger("django_dbqueue.worker")
-
-
-@dataclass
-class WorkerStats:
-    claimed: int = 0
-    succeeded: int = 0
-    failed: int = 0  # failed attempts, retried or not
-    released: int = 0
-    lost: int = 0  # outcomes rejected because the claim was lost
-    rescued: int = 0
-
-    @property
-    def processed(self) -> int:
-        return self.succeeded + self.failed
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 class Worker:
