@@ -176,6 +176,24 @@ def fail(row: QueueMixin, claim: Claim, error: BaseException | str, alone: bool 
     return retry_at
 
 
+def requeue_alone(row: QueueMixin, claim: Claim, error: BaseException | str) -> None:
+    """Send ``row`` back READY, to be claimed by itself, whatever its retry policy says: one
+    of the handlers run with it harmed the worker, and it may not have been this one."""
+    now = claim.now()
+    text = describe_error(error)
+    with transaction.atomic(using=claim.using, savepoint=False):
+        count = fenced(type(row), [row.pk], claim).update(
+            queue_state=QueueState.READY,
+            queue_run_at=now,
+            queue_last_error=text,
+            queue_token=RUN_ALONE,
+            queue_locked_by=None,
+            queue_locked_until=None,
+        )
+        if count:
+            write_attempts(type(row), claim.using, [attempt_for(row, AttemptOutcome.RETRIED, now, text)])
+
+
 def fail_by_key(model: type[QueueMixin], pk: Any, claim: Claim, reason: str) -> bool:
     """End a claimed row that cannot even be loaded (its data cannot become an instance)
     FAILED with ``reason``; no retry can help it. True if the claim still held it."""

@@ -4,11 +4,12 @@ back to READY, by a periodic, bounded statement that any worker runs.
 Bounded (``DBQUEUE_RESCUE_LIMIT`` rows) and ``SKIP LOCKED``: a row whose worker still holds
 its row lock (atomic mode) is passed by, so a live claim is never taken away.
 
-Who pays for a crash: a worker dies in one handler, but its claim held a whole batch. So the
-rows of a claim that expired together go back uncharged (their attempt is not counted) and
-marked to run alone (``RUN_ALONE``); a row that expired alone in its claim was the one running,
-and is charged the attempt, ending FAILED when its attempts are used up. A row that kills its
-worker every time therefore fails by itself, and the rows claimed with it run on.
+Who pays for a crash: a worker dies in one handler, but its claim held a whole batch. So rows
+of a claim that expired together go back READY whatever their attempts (the lost attempt keeps
+its number, so each run of a row has its own), marked to run alone (``RUN_ALONE``); a row that
+expired alone in its claim was the one running, and ends FAILED when its attempts are used up.
+A row that kills its worker every time therefore fails by itself, and the rows claimed with it
+run on.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from django.db import transaction
-from django.db.models import F
 
 from .backends import DbNow, aware, retry_on_lock_conflicts
 from .conf import settings
@@ -45,7 +45,7 @@ RESCUE_FIELDS = (
 
 SPARED = (
     "lease expired with other rows of its claim (the worker crashed, was killed or hung in one of "
-    "them): this attempt is not counted, and it runs again alone"
+    "them): it runs again alone"
 )
 CHARGED = "lease expired while it ran alone: the worker crashed, was killed or hung in its handler"
 DEAD = f"{CHARGED}, on the last allowed attempt"
@@ -83,7 +83,6 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
             rows.filter(pk__in=spared).update(
                 queue_state=QueueState.READY,
                 queue_run_at=DbNow(),
-                queue_attempts=F("queue_attempts") - 1,
                 queue_last_error=SPARED,
                 **alone,
             )
@@ -100,10 +99,10 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
                 queue_locked_by=None,
                 queue_locked_until=None,
             )
-        lost = (
-            attempt_for(row, AttemptOutcome.LOST, aware(row.dbqueue_now), "lease expired") for row in charged
+        now = aware(expired[0].dbqueue_now)
+        write_attempts(
+            model, using, (attempt_for(row, AttemptOutcome.LOST, now, "lease expired") for row in expired)
         )
-        write_attempts(model, using, lost)
     for row in expired:
         logger.warning(
             "rescued %s pk=%s from worker %s after its lease expired (attempt %s)%s",
@@ -111,6 +110,6 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
             row.pk,
             row.queue_locked_by,
             row.queue_attempts,
-            " -> FAILED" if row.pk in dead else " (not counted)" if claims[row.queue_token] > 1 else "",
+            " -> FAILED" if row.pk in dead else "",
         )
     return len(expired)

@@ -168,18 +168,19 @@ def test_rescue_returns_expired_rows_and_fails_exhausted_ones() -> None:
     assert len(rows) == 3
 
 
-def test_rows_of_a_claim_that_expired_together_come_back_uncharged_to_run_alone() -> None:
+def test_rows_of_a_claim_that_expired_together_come_back_to_run_alone() -> None:
     jobs = make_jobs(4)
     Job.objects.claim(limit=4, lease=60)
+    Job.objects.update(queue_attempts=3)  # the policy allows 3: not failed for a batch's crash
     Job.objects.update(queue_locked_until=timezone.now() - timedelta(seconds=5))
     assert Job.objects.rescue_expired() == 4
-    assert set(Job.objects.values_list("queue_state", "queue_attempts")) == {("ready", 0)}
+    assert set(Job.objects.values_list("queue_state", "queue_attempts")) == {("ready", 3)}
     # Each is claimed alone from now on, whatever the claim's limit.
     assert [len(Job.objects.claim(limit=10)) for _ in jobs] == [1, 1, 1, 1]
-    # ... and a crash while it runs alone is charged to it.
+    # ... and a crash while it runs alone is its own: on its last attempt, it ends FAILED.
     Job.objects.update(queue_locked_until=timezone.now() - timedelta(seconds=5))
     assert Job.objects.rescue_expired() == 4
-    assert set(Job.objects.values_list("queue_state", "queue_attempts")) == {("ready", 1)}
+    assert set(Job.objects.values_list("queue_state", "queue_attempts")) == {("failed", 4)}
 
 
 class one_data_statement:  # noqa: N801 - reads as a context manager

@@ -97,16 +97,13 @@ class Batch:
             self.worker.worker_id,
             self.model._meta.label,
         )
+        leak = leaks.LeakedTransaction("a handler left a transaction open (a raw BEGIN?)")
         if len(done) == 1:
-            self.fail(
-                done[0],
-                leaks.LeakedTransaction("the handler left a transaction open (a raw BEGIN?)"),
-                alone=True,
-            )
-        else:
-            self.stats.released += outcomes.release(
-                self.model, [row.pk for row in done], self.claim, alone=True
-            )
+            self.fail(done[0], leak, alone=True)  # it was the one
+        else:  # one of them: each runs again alone, and the one alone takes the blame
+            for row in done:
+                outcomes.requeue_alone(row, self.claim, leak)
+            self.stats.failed += len(done)
 
     def _leaked(
         self, row: QueueMixin, leak: leaks.LeakedTransaction, done: list[QueueMixin], rest: list[QueueMixin]

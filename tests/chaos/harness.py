@@ -704,6 +704,7 @@ class Harness:
         )
 
         counters: dict[str, Any] = {}
+        self.unexplained: list[dict[str, Any]] = []
         explained: Counter = Counter()
         samples: list[dict[str, Any]] = []
         logs = "\n".join(p.read_text(errors="replace") for p in sorted(self.logdir.glob("*.log")))
@@ -801,6 +802,22 @@ class Harness:
                             pass  # a (planned) failure, recorded
                         else:
                             unexplained += 1
+                            if len(self.unexplained) < 10:
+                                self.unexplained.append(
+                                    {
+                                        "job": job,
+                                        "attempt": attempt,
+                                        "pid": pid,
+                                        "state": state,
+                                        "final attempt": final,
+                                        "history": sorted(
+                                            (a, o)
+                                            for (j, a), entries in history.items()
+                                            if j == job
+                                            for o, _, _ in entries
+                                        ),
+                                    }
+                                )
                 counters["lease: re-runs (after a lost lease)"] = reruns
                 counters["lease: runs not explained by an outcome or a lost lease"] = unexplained
                 counters["lease: succeeded rows that never ran"] = sum(
@@ -841,6 +858,7 @@ class Harness:
             "killed pids": len(self.tally.killed_pids),
             "sigterm exit codes": self.tally.sigterm_exit_codes,
             "recoveries": self.tally.recoveries,
+            "unexplained runs (samples)": self.unexplained,
             "clock skew": {offset: self.skew_check(offset) for offset in self.config.skews},
         }
 
