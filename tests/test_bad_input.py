@@ -401,3 +401,32 @@ def test_a_handler_that_sends_a_raw_begin_fails_alone(monkeypatch) -> None:
     # A row that ran before the BEGIN in the same flush is run again (at least once): its
     # uncounted attempt reuses its number, which the test's Ledger refuses once.
     assert max(Job.objects.filter(name="ok").values_list("queue_attempts", flat=True)) <= 2
+
+
+# -- the database turns read-only (issue #21, item 5) -------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_read_only_database_is_waited_out_with_a_clear_line(caplog) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's default_transaction_read_only (MariaDB's read_only spares root)")
+    name = connection.settings_dict["NAME"]
+    Job.objects.create(name="after")
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    worker = Worker(models=[Job], handle_signals=False, poll_interval=0.05)
+    thread = threading.Thread(target=worker.run)
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_dbqueue.worker"):
+            thread.start()
+            assert wait_until(lambda: "read-only" in caplog.text, timeout=30), caplog.text
+            assert thread.is_alive()  # waiting, not crashed
+            with connection.cursor() as cursor:
+                cursor.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = off')
+            assert wait_until(lambda: Job.objects.get().queue_state == QueueState.SUCCEEDED, timeout=60)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = off')
+        worker.stop()
+        thread.join(timeout=30)
+    assert "Traceback" not in caplog.text

@@ -26,14 +26,14 @@ from datetime import timedelta
 
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections, router
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
 from .. import signals
 from ..conf import settings
 from ..exceptions import Discard, JobTimeout
 from ..leases import as_timedelta, default_worker_id
 from ..models import QueueMixin, queue_models
-from . import leaks, registry
+from . import leaks, outage, registry
 from .jobs import Batch
 from .lease import HardTimeoutHook, LeaseKeeper, Running
 from .shutdown import install_signals
@@ -86,7 +86,7 @@ class Worker:
         self.parent_pid = parent_pid
         self.stats = WorkerStats()
         self.fatal: BaseException | None = None
-        self._stopping = threading.Event()
+        self.stopping_event = threading.Event()
         self._wake = threading.Event()  # set by stop() and by a notification
         self._listener: Listener | None = None
         self._registry_db: str | None = None
@@ -101,12 +101,12 @@ class Worker:
 
     def stop(self) -> None:
         """Stop claiming; the running job finishes, unstarted claimed rows are given back."""
-        self._stopping.set()
+        self.stopping_event.set()
         self._wake.set()
 
     @property
     def stopping(self) -> bool:
-        return self._stopping.is_set()
+        return self.stopping_event.is_set()
 
     def db_for(self, model: type[QueueMixin]) -> str:
         return self.database or router.db_for_write(model) or DEFAULT_DB_ALIAS
@@ -120,7 +120,7 @@ class Worker:
         try:
             check_tables(self.models, self.database)
             self._registry_db = self.db_for(self.models[0])
-            registry.register(self.worker_id, self.models, self._registry_db)
+            self._register()
             if not self.in_transaction:
                 self.keeper.start()
                 self._start_listener(databases)
@@ -177,19 +177,11 @@ class Worker:
                         did_work = True
                         self._run_batch(model, rows)
                 db_failures = 0
-            except (OperationalError, InterfaceError) as exc:
-                if self.in_transaction:
+            except DatabaseError as exc:
+                if self.in_transaction or not outage.is_outage(exc, self.databases()):
                     raise
-                # The database went away (restart, killed session, network): rows this
-                # worker held come back through their leases; reconnect with backoff.
                 db_failures += 1
-                pause = min(0.25 * 2**db_failures, 10.0)
-                logger.warning(
-                    "worker %s: database error (%s); reconnecting in %.1fs", self.worker_id, exc, pause
-                )
-                connections.close_all()
-                self._stopping.wait(pause)
-                self._check_tables_after_error()
+                outage.wait_it_out(self, exc, db_failures)
                 continue
             if self._quota_left() == 0 or self.fatal is not None:
                 break
@@ -254,13 +246,21 @@ class Worker:
                     signal.setitimer(signal.ITIMER_REAL, 0)
                 self.keeper.running = None
 
-    def _check_tables_after_error(self) -> None:
-        """A queue table that is gone is a set-up error, not an outage (SQLite reports it as
-        an OperationalError): raise ImproperlyConfigured instead of reconnecting forever."""
-        try:
-            check_tables(self.models, self.database)
-        except (OperationalError, InterfaceError):
-            pass  # the database is still unreachable: keep waiting for it
+    def _register(self) -> None:
+        """Join the WorkerProcess table; a database that is down or read-only is waited for."""
+        failures = 0
+        while not self.stopping:
+            try:
+                registry.register(self.worker_id, self.models, self._registry_db or "default")
+                return
+            except DatabaseError as exc:
+                if self.in_transaction or not outage.is_outage(exc, self.databases()):
+                    raise
+                failures += 1
+                outage.wait_it_out(self, exc, failures)
+
+    def databases(self) -> list[str]:
+        return sorted({self.db_for(model) for model in self.models})
 
     # -- pacing ------------------------------------------------------------------------------
 
