@@ -17,6 +17,7 @@ from django_dbqueue.conf import settings
 from django_dbqueue.handlers import NAME
 from django_dbqueue.management.arguments import positive_seconds, whole_number
 from django_dbqueue.models import QueueMixin, queue_models
+from django_dbqueue.settings_checks import failed_setting_checks
 from django_dbqueue.supervisor import Supervisor
 from django_dbqueue.worker import has_queue_column
 
@@ -56,6 +57,15 @@ def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
             raise CommandError(f"{label} is not a concrete QueueMixin model.")
         resolved.append(model)
     return resolved
+
+
+def refuse_bad_settings() -> None:
+    """Start no worker on settings that fail their checks: a worker would crash on them and be
+    replaced, again and again. (``call_command()`` skips the system checks by default.)"""
+    failed = failed_setting_checks()
+    if failed:
+        lines = "\n".join(f"  {message.id}: {message.msg}" for message in failed)
+        raise CommandError(f"runqueue will not start: the settings fail their checks:\n{lines}")
 
 
 class Command(BaseCommand):
@@ -123,6 +133,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        refuse_bad_settings()
         models = resolve_models(options["models"])
         if options["queue"]:
             if options["models"]:
