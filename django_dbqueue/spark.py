@@ -74,7 +74,7 @@ DEFAULT_BATCH_SIZE = 10_000
 FETCH_SIZE = 10_000
 PERCENTILES = (0.5, 0.95, 0.99)
 UTC_NAMES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "Universal", "Zulu"})
-_LABEL = re.compile(r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
+_LABEL = re.compile(r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+\Z")
 
 Progress = Callable[[str], None]
 
