@@ -60,8 +60,8 @@ def value_problem(setting: Setting[Any], value: object) -> str | None:
         ok = (
             isinstance(value, (int, float))
             and not isinstance(value, bool)
+            and in_range(setting, value)  # first: math.isfinite(10**400) would raise
             and math.isfinite(value)
-            and in_range(setting, value)
         )
     elif kind is Kind.WHOLE:
         ok = isinstance(value, int) and not isinstance(value, bool) and in_range(setting, value)
