@@ -68,7 +68,8 @@ def value_problem(setting: Setting[Any], value: object) -> str | None:
     elif kind is Kind.FLAG:
         ok = isinstance(value, bool)
     elif kind is Kind.RETRY_POLICY:
-        ok = value is None or isinstance(value, RetryPolicy)
+        # An instance: the class ExponentialBackoff has the attributes too, and would crash.
+        ok = value is None or (isinstance(value, RetryPolicy) and not isinstance(value, type))
     else:
         ok = isinstance(value, (str, os.PathLike)) and bool(os.fspath(value))
     if ok:

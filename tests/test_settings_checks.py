@@ -24,6 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_dbqueue"
 BAD = [
     ("DBQUEUE_TASK_RETRY", 5, "django_dbqueue.E022"),
     ("DBQUEUE_TASK_RETRY", "NoRetry()", "django_dbqueue.E022"),
+    ("DBQUEUE_TASK_RETRY", ExponentialBackoff, "django_dbqueue.E022"),  # the class, not an instance
     ("DBQUEUE_BATCH_SIZE", 2.5, "django_dbqueue.E020"),
     ("DBQUEUE_BATCH_SIZE", True, "django_dbqueue.E020"),
     ("DBQUEUE_BATCH_SIZE", 10**30, "django_dbqueue.E020"),

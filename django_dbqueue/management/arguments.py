@@ -71,7 +71,8 @@ def seconds_between(low: float, high: float) -> Callable[[str], float]:
 
 def setting_range(setting: Setting[Any]) -> tuple[float, float]:
     """The bounds a command-line value shares with the setting it stands in for."""
-    assert setting.low is not None and setting.high is not None, setting.name
+    if setting.low is None or setting.high is None:
+        raise ValueError(f"{setting.setting_name} is declared without both bounds")
     return setting.low, setting.high
 
 
