@@ -62,10 +62,13 @@ test-django52: venv services
 	DATABASE_URL=$(SQLITE_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes and not spark and not browser" --ignore=tests/chaos
 	DATABASE_URL=$(MARIADB_URL) .venv-django52/bin/python -m pytest -q -x -m "not slow and not processes and not spark and not browser" --ignore=tests/chaos
 
-# The long chaos run: it starts its own MariaDB server (never the shared one) and prints the
-# results table (RELIABILITY.md). The quick variant is tests/chaos/test_chaos_quick.py.
+# The long chaos run: it starts its own MariaDB server (never the shared one) in a private
+# temporary folder of its own, and prints the results table (RELIABILITY.md). The results JSON
+# goes to CHAOS_RESULTS (git-ignored), one file per run. The quick variant is
+# tests/chaos/test_chaos_quick.py.
+CHAOS_RESULTS ?= tests/chaos/results
 chaos: venv
-	$(PY) -m tests.chaos --long --json tests/chaos/last-long-run.json
+	$(PY) -m tests.chaos --long --json $(CHAOS_RESULTS)/long-run-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
 
 # -- benchmarks -----------------------------------------------------------------------------
 # The peers get their own virtualenv (they are not dependencies of django_dbqueue).

@@ -25,7 +25,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from . import outcomes
+from . import claims, outcomes
 from .exceptions import Discard, LeaseLost
 from .query import QueueQuerySet
 from .states import QueueState
@@ -159,7 +159,7 @@ class PeopleAdminMixin:
         claim is gone (lease ran out, or the row is not theirs)."""
         me = self.dbqueue_worker_id(request)
         qs = self.dbqueue_write_queryset()
-        row = outcomes.adopt(self.model, qs.db, data["pk"], data["token"], worker_id=me, holder=me)
+        row = claims.adopt(self.model, qs.db, data["pk"], data["token"], worker_id=me, holder=me)
         outcome = data["outcome"]
         try:
             if row is None:

@@ -14,6 +14,7 @@ from django.db import connections
 from .backends import backend_for
 from .models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
 from .retry import RetryPolicy
+from .settings_checks import check_settings  # noqa: F401 - registers the settings checks
 
 
 @checks.register(checks.Tags.models)
@@ -107,39 +108,6 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
                 id="django_dbqueue.W001",
             )
         )
-    return errors
-
-
-#: Settings that must be positive numbers (seconds or counts); anything else would reach the
-#: worker loop as a TypeError or a loop that never sleeps.
-POSITIVE_SETTINGS = (
-    "LEASE",
-    "BATCH_SIZE",
-    "BATCH_SECONDS",
-    "POLL_INTERVAL",
-    "RESCUE_INTERVAL",
-    "RESCUE_LIMIT",
-    "FLUSH_INTERVAL",
-    "HEARTBEAT_INTERVAL",
-)
-
-
-@checks.register()
-def check_settings(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from .conf import settings
-
-    errors: list[checks.CheckMessage] = []
-    for name in POSITIVE_SETTINGS:
-        value = getattr(settings, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            errors.append(
-                checks.Error(
-                    f"DBQUEUE_{name} must be a positive number, not {value!r}.",
-                    hint=f"Remove DBQUEUE_{name} from your settings to use the default "
-                    f"({getattr(type(settings), name)!r}).",
-                    id="django_dbqueue.E006",
-                )
-            )
     return errors
 
 

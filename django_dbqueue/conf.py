@@ -1,50 +1,101 @@
-"""Settings, read lazily from ``DBQUEUE_<NAME>`` on every access (so override_settings works)."""
+"""Settings, read lazily from ``DBQUEUE_<NAME>`` on every access (so override_settings works).
+
+Each setting is declared once, below, with its default, its kind and its range. The same
+declarations are what ``settings.<NAME>`` reads and what the system checks
+(``settings_checks.py``) and the commands' argument validators check values against.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from enum import StrEnum
+from typing import Any, overload
 
 from django.conf import settings as django_settings
 
+PREFIX = "DBQUEUE_"
+DAY = 86_400
+
+
+class Kind(StrEnum):
+    """What a setting's value must be (the text is used in check messages)."""
+
+    SECONDS = "a finite number of seconds"
+    WHOLE = "a whole number (an int, not a bool)"
+    FLAG = "True or False (a bool)"
+    RETRY_POLICY = "None or a retry policy (e.g. ExponentialBackoff(), NoRetry())"
+    PATH = "a non-empty file path (str or Path)"
+
+
+class Setting[T]:
+    """One ``DBQUEUE_<NAME>`` setting: read on the instance, its declaration on the class.
+
+    ``low``/``high`` bound numbers (inclusive); the kind says what else a value must be."""
+
+    def __init__(self, default: T, kind: Kind, low: float | None = None, high: float | None = None):
+        self.default, self.kind, self.low, self.high = default, kind, low, high
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @property
+    def setting_name(self) -> str:
+        return PREFIX + self.name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Setting[T]: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> T: ...
+    def __get__(self, instance: object | None, owner: type) -> Setting[T] | T:
+        if instance is None:
+            return self
+        return getattr(django_settings, self.setting_name, self.default)
+
+
+SECONDS, WHOLE, FLAG = Kind.SECONDS, Kind.WHOLE, Kind.FLAG
+RETRY_POLICY, PATH = Kind.RETRY_POLICY, Kind.PATH
+
 
 class Settings:
+    """The declaration table: default, kind, and range of every setting."""
+
     #: Seconds a claim stays valid unless renewed; a model's ``queue_lease`` wins.
-    LEASE: float = 300.0
+    LEASE = Setting(300.0, SECONDS, 1, 7 * DAY)
     #: Most rows claimed per claim statement by ``runqueue`` (``--batch-size`` fixes a size);
     #: how many fit is judged by ``BATCH_SECONDS``.
-    BATCH_SIZE: int = 500
+    BATCH_SIZE = Setting(500, WHOLE, 1, 100_000)
     #: Seconds of work a worker claims at once, judged by how long its recent jobs of the
     #: model took (batching.py): big batches of fast jobs, small batches of slow ones.
-    BATCH_SECONDS: float = 0.1
+    BATCH_SECONDS = Setting(0.1, SECONDS, 0.001, 3600)
     #: Longest sleep of an idle worker between polls, in seconds (``--poll-interval``).
-    POLL_INTERVAL: float = 0.045
+    POLL_INTERVAL = Setting(0.045, SECONDS, 0.01, 3600)
     #: Seconds between two runs of the expired-lease rescue by each worker.
-    RESCUE_INTERVAL: float = 15.0
+    RESCUE_INTERVAL = Setting(15.0, SECONDS, 0.01, DAY)
     #: Rows the rescue statement handles at most per run (it is bounded, never a long scan).
-    RESCUE_LIMIT: int = 500
+    RESCUE_LIMIT = Setting(500, WHOLE, 1, 100_000)
     #: Seconds between two flushes of batched successes in lease mode.
-    FLUSH_INTERVAL: float = 1.0
+    FLUSH_INTERVAL = Setting(1.0, SECONDS, 0.01, 3600)
     #: Characters of a failure's traceback kept in ``queue_last_error``.
-    MAX_ERROR_LENGTH: int = 20_000
-    #: How often a claim is retried after a deadlock or lock-wait timeout.
-    DEADLOCK_RETRIES: int = 5
+    MAX_ERROR_LENGTH = Setting(20_000, WHOLE, 1, 1_000_000)
+    #: How often a claim is retried after a deadlock or lock-wait timeout (0: never).
+    DEADLOCK_RETRIES = Setting(5, WHOLE, 0, 100)
     #: Seconds between two heartbeats of a worker in the WorkerProcess table.
-    HEARTBEAT_INTERVAL: float = 10.0
+    HEARTBEAT_INTERVAL = Setting(10.0, SECONDS, 0.01, DAY)
     #: Write a QueueAttempt row for every attempt (a model's ``queue_history`` wins).
-    HISTORY: bool = True
-    #: Largest JSON payload (bytes) ``Message.objects.publish`` accepts.
-    MAX_PAYLOAD_BYTES: int = 1_000_000
+    HISTORY = Setting(True, FLAG)
+    #: Largest JSON payload (bytes) ``Message.objects.publish`` accepts (at most 1 GiB,
+    #: MySQL's largest ``max_allowed_packet``).
+    MAX_PAYLOAD_BYTES = Setting(1_000_000, WHOLE, 1, 2**30)
     #: Retry policy of ``django.tasks`` tasks run through django_dbqueue (None: no retries, as
     #: Django's own backends; one task opts in with ``django_dbqueue.tasks.retry``).
-    TASK_RETRY: object = None
+    TASK_RETRY: Setting[object] = Setting(None, RETRY_POLICY)
     #: The MariaDB Connector/J jar the Spark pipeline (``django_dbqueue.spark``) hands to Spark.
-    SPARK_JDBC_JAR: str = "/usr/share/java/mariadb-java-client.jar"
+    SPARK_JDBC_JAR = Setting("/usr/share/java/mariadb-java-client.jar", PATH)
 
-    def __getattribute__(self, name: str) -> Any:
-        if name.isupper():
-            default = object.__getattribute__(self, name)
-            return getattr(django_settings, "DBQUEUE_" + name, default)
-        return object.__getattribute__(self, name)
+    @classmethod
+    def declared(cls) -> dict[str, Setting[Any]]:
+        """Every setting's declaration, by ``DBQUEUE_`` name."""
+        return {s.setting_name: s for s in vars(cls).values() if isinstance(s, Setting)}
 
 
 settings = Settings()

@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Kinds and queue names: short, printable, safe to show and to filter on.
-NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+#: Kinds and queue names: short, printable, safe to show and to filter on. ``\Z``, not ``$``
+#: (which also matches before a trailing newline): "emails\n" is not a name.
+NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")
 
 Schema = Mapping[str, type | tuple[type, ...]] | Callable[[Any], None]
 

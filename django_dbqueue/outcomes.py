@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import models, transaction
+from django.db import transaction
 from django.db.models import F
 from django.dispatch import Signal
 
 from . import signals
-from .backends import DbNow, aware, retry_on_lock_conflicts
+from .backends import retry_on_lock_conflicts
+from .claims import fenced, rows_of
 from .exceptions import LeaseLost, describe_error
 from .history import AttemptOutcome, attempt_for, write_attempts
 from .leases import RUN_ALONE, Claim
@@ -37,15 +38,6 @@ logger = logging.getLogger("django_dbqueue.outcomes")
 
 #: What a claim's outcome clears of the claim on the row.
 _UNCLAIMED = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
-
-
-def _rows(model: type[QueueMixin], using: str) -> models.QuerySet:
-    return model._base_manager.using(using)
-
-
-def fenced(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> models.QuerySet:
-    """The rows of ``ids`` still held by ``claim``."""
-    return _rows(model, claim.using).filter(pk__in=list(ids), queue_token=claim.token)
 
 
 def _rejected(row_label: str, pk: Any, what: str, claim: Claim) -> None:
@@ -97,7 +89,7 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
                 written = set(ids)
             else:
                 written = set(
-                    _rows(model, claim.using)
+                    rows_of(model, claim.using)
                     .filter(pk__in=ids, queue_token=-claim.token)
                     .values_list("pk", flat=True)
                 )
@@ -258,62 +250,22 @@ def renew(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> set[Any]
     return set(fenced(model, ids, claim).values_list("pk", flat=True))
 
 
-def lock_held(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> set[Any]:
-    """Lock the rows of ``ids`` still held by ``claim`` (``SELECT … FOR UPDATE`` in the
-    caller's transaction); return their ids. Atomic mode runs a handler only behind this
-    lock: a rescuer's SKIP LOCKED then passes the row by even if its lease ran out."""
-    return set(fenced(model, ids, claim).select_for_update().values_list("pk", flat=True))
-
-
-def adopt(
-    model: type[QueueMixin], using: str, pk: Any, token: int, worker_id: str, holder: str | None = None
-) -> QueueMixin | None:
-    """Load a RUNNING row by its claim token and hold that claim, to record its outcome on
-    behalf of a worker that is gone (the supervisor) or a person (the admin: ``holder``,
-    the claim must be theirs). None if the claim is over."""
-    rows = _rows(model, using).filter(pk=pk, queue_token=token, queue_state=QueueState.RUNNING)
-    if holder is not None:
-        rows = rows.filter(queue_locked_by=holder)
-    row = rows.annotate(_dbqueue_now=DbNow()).first()
-    if row is None:
-        return None
-    claimed_at = aware(row._dbqueue_now)  # type: ignore[attr-defined]
-    del row._dbqueue_now  # type: ignore[attr-defined]
-    row._queue_claim = Claim(
-        token=token,
-        worker_id=worker_id,
-        lease=model.queue_lease_seconds(),
-        using=using,
-        claimed_at=claimed_at,
-    )
-    return row
-
-
 def after_commit_error(row: QueueMixin, claim: Claim, error: BaseException) -> None:
     """A hook that ``process()`` registered with ``on_commit()`` raised after the job had
     committed: the job stays SUCCEEDED (its effects are in), and the error is kept on it."""
     text = f"succeeded, but an on_commit() hook raised afterwards:\n{describe_error(error)}"
-    _rows(type(row), claim.using).filter(pk=row.pk, queue_token=-claim.token).update(queue_last_error=text)
+    rows_of(type(row), claim.using).filter(pk=row.pk, queue_token=-claim.token).update(queue_last_error=text)
     row.queue_last_error = text
 
 
-def succeeded(model: type[QueueMixin], pk: Any, claim: Claim) -> bool:
-    """Whether ``claim`` recorded the row's success (read from the database)."""
-    return _rows(model, claim.using).filter(pk=pk, queue_token=-claim.token).exists()
-
-
 __all__ = [
-    "adopt",
     "after_commit_error",
     "cancel",
     "defer",
     "describe_error",
     "fail",
     "fail_by_key",
-    "fenced",
-    "lock_held",
     "release",
     "renew",
     "succeed",
-    "succeeded",
 ]

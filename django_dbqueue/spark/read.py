@@ -46,7 +46,7 @@ HISTORY_COLUMNS = (
 #: History columns a table may lack, with their Spark type (``due_at`` came later).
 OPTIONAL_HISTORY_COLUMNS = {"due_at": "timestamp"}
 FETCH_SIZE = 10_000
-_LABEL = re.compile(r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+$")
+_LABEL = re.compile(r"^[A-Za-z0-9_]+\.[A-Za-z0-9_]+\Z")
 
 
 @dataclass(frozen=True)

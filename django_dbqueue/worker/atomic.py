@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, transaction
 from django.db.transaction import TransactionManagementError
 
-from .. import outcomes
+from .. import claims, outcomes
 from .sizing import atomic_group
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def _one(batch: Batch, row: QueueMixin) -> None:
     committing = lost = False
     try:
         with transaction.atomic(using=using):
-            if not outcomes.lock_held(batch.model, [row.pk], batch.claim):
+            if not claims.lock_held(batch.model, [row.pk], batch.claim):
                 lost = True
             else:
                 error = batch.worker.call(row) or left_for_rollback(using)
@@ -70,7 +70,7 @@ def _one(batch: Batch, row: QueueMixin) -> None:
                     lost = bool(outcomes.succeed(batch.model, [row], batch.claim))
                     committing = True
     except Exception as exc:  # noqa: BLE001 - sorted out below
-        if committing and outcomes.succeeded(batch.model, row.pk, batch.claim):
+        if committing and claims.succeeded(batch.model, row.pk, batch.claim):
             batch.after_commit_error(row, exc)
             return
         error = batch.rolled_back(exc)
@@ -90,7 +90,7 @@ def _group(batch: Batch, chunk: list[QueueMixin]) -> None:
     committing = False
     try:
         with transaction.atomic(using=using):
-            held = outcomes.lock_held(batch.model, [row.pk for row in chunk], batch.claim)
+            held = claims.lock_held(batch.model, [row.pk for row in chunk], batch.claim)
             for row in chunk:
                 if row.pk in held:
                     error = _in_savepoint(batch, row)
@@ -148,5 +148,5 @@ def _group_committed(
     if row is None:
         return False
     if done:
-        return outcomes.succeeded(batch.model, row.pk, batch.claim)
-    return not outcomes.fenced(batch.model, [row.pk], batch.claim).exists()
+        return claims.succeeded(batch.model, row.pk, batch.claim)
+    return not claims.fenced(batch.model, [row.pk], batch.claim).exists()

@@ -27,7 +27,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
-from .. import outcomes
+from .. import claims
 from ..exceptions import JobTimeout, LeaseLost
 from ..models import QueueMixin
 from .loop import Worker, WorkerStats
@@ -259,7 +259,7 @@ class Supervisor:
         try:
             model = apps.get_model(report["model"])
             using = self.options.get("database") or "default"
-            row = outcomes.adopt(model, using, report["pk"], report["token"], "supervisor")
+            row = claims.adopt(model, using, report["pk"], report["token"], "supervisor")
             if row is None:
                 return
             row.mark_failed(

@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
@@ -70,7 +71,7 @@ class Config:
     skews: tuple[str, ...] = ("-5h",)  # clock offsets of the first supervisors
     settle_timeout: float = 120.0
     seed: int = 4
-    workdir: str = "/tmp/chaos-dbqueue"
+    workdir: str | None = None  # None: a private temporary folder per run (see private_workdir)
     keep_data: bool = False
 
 
@@ -193,11 +194,26 @@ class Tally:
     sigterm_exit_codes: list[int] = field(default_factory=list)
 
 
+def private_workdir(workdir: str | None) -> Path:
+    """The run's folder (its MariaDB server, logs, results.json): by default a new private one
+    from ``tempfile.mkdtemp``, so two runs on one machine never share or wipe each other's. A
+    folder given with ``--workdir`` must be new or empty: it is never wiped."""
+    if workdir is None:
+        base = Path(tempfile.mkdtemp(prefix="dbqueue-chaos-"))
+        base.chmod(0o711)  # run as root, mariadbd runs as 'mysql' and must reach its own subfolder
+        return base
+    base = Path(workdir)
+    if base.exists() and any(base.iterdir()):
+        raise RuntimeError(f"--workdir {base} is not empty: give a new folder, or none for a private one")
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
 class Harness:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.base = Path(config.workdir)
+        self.base = private_workdir(config.workdir)
         self.logdir = self.base / "logs"
         self.db = PrivateMariaDB(self.base / "mariadb")
         self.tally = Tally()
@@ -215,8 +231,6 @@ class Harness:
     # -- set-up ----------------------------------------------------------------------------
 
     def setup(self) -> None:
-        if self.base.exists():
-            shutil.rmtree(self.base)
         self.logdir.mkdir(parents=True)
         self.db.create()
         os.environ["CHAOS_DATABASE_URL"] = self.db.url("root")
@@ -958,17 +972,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long", action="store_true", help="the long variant (make chaos)")
     parser.add_argument("--rows", type=int)
     parser.add_argument("--duration", type=float)
-    parser.add_argument("--workdir")
-    parser.add_argument("--keep-data", action="store_true")
-    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--workdir", help="a new or empty folder (default: a private temporary one)")
+    parser.add_argument("--keep-data", action="store_true", help="keep the server's data and the folder")
+    parser.add_argument("--json", help="also write the results here (outside the git tree, or ignored)")
     args = parser.parse_args(argv)
     config = LONG if args.long else QUICK
     overrides = {
         k: v for k, v in (("rows", args.rows), ("duration", args.duration), ("workdir", args.workdir)) if v
     }
     config = replace(config, keep_data=args.keep_data, **overrides)
-    results = Harness(config).run()
+    harness = Harness(config)
+    results = harness.run()
     print(table(results), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
-    return 1 if problems(results) else 0
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2, default=str))
+        print(f"results: {out}")
+    failed = bool(problems(results))
+    if failed or config.keep_data or config.workdir is not None:
+        print(f"logs and results.json: {harness.base}")
+    else:
+        shutil.rmtree(harness.base, ignore_errors=True)  # a passing run's private folder
+    return 1 if failed else 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -27,27 +26,21 @@ pytestmark = [
 ]
 
 
-def test_quick_chaos_run_loses_nothing_and_doubles_nothing() -> None:
-    workdir = f"/tmp/chaos-dbqueue-quick-{os.getpid()}"  # mysql must reach it: not tmp_path
+def test_quick_chaos_run_loses_nothing_and_doubles_nothing(tmp_path) -> None:
     if not PrivateMariaDB(ROOT / "unused").available:
         pytest.skip("mariadbd / mariadb-install-db not installed (apt-get install mariadb-server)")
-    out = f"{workdir}.json"
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "tests.chaos", "--workdir", workdir, "--json", out],
-            cwd=ROOT,
-            env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-        assert os.path.exists(out), proc.stdout[-3000:] + proc.stderr[-6000:]
-        with open(out) as f:
-            results = json.load(f)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        if os.path.exists(out):
-            os.unlink(out)
+    # The run makes (and, when it passes, removes) its own private folder for the server.
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.chaos", "--json", str(out)],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-6000:]
+    results = json.loads(out.read_text())
     report = table(results)
     print(report)
     counters = results["counters"]

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router, transaction
 
 from django_dbqueue.backends import db_now_plus
-from django_dbqueue.management.arguments import duration, whole_number
+from django_dbqueue.management.arguments import duration, pause_seconds, whole_number
 from django_dbqueue.models import ArchivedMessage, Message, QueueAttempt, TaskRecord
 from django_dbqueue.states import QueueState
 
@@ -37,7 +37,7 @@ class Command(BaseCommand):
             "--older-than",
             type=duration,
             default=None,
-            help="Finished rows whose queue_finished_at is older than this (e.g. 7d).",
+            help="Finished rows whose queue_finished_at is older than this (e.g. 7d; at most 365000d).",
         )
         parser.add_argument(
             "--include-failed",
@@ -58,9 +58,9 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=batch_size, default=1000)
         parser.add_argument(
             "--pause",
-            type=float,
+            type=pause_seconds,
             default=0.05,
-            help="Seconds to sleep between batches, so workers get the locks in between.",
+            help="Seconds to sleep between batches, so workers get the locks in between (0 to 3600).",
         )
         parser.add_argument("--dry-run", action="store_true", help="Count only.")
         parser.add_argument("--database", default=None)

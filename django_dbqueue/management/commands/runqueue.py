@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
-import re
 import sys
 from typing import Any
 
@@ -13,32 +11,24 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from django_dbqueue.conf import settings
-from django_dbqueue.handlers import NAME
-from django_dbqueue.management.arguments import positive_seconds, whole_number
+from django_dbqueue.conf import Settings, settings
+from django_dbqueue.management.arguments import (
+    lease_seconds,
+    poll_seconds,
+    queue_name,
+    setting_range,
+    whole_number,
+    worker_id,
+)
 from django_dbqueue.models import QueueMixin, queue_models
+from django_dbqueue.settings_checks import failed_setting_checks
 from django_dbqueue.worker import Worker
 from django_dbqueue.worker.supervisor import Supervisor
 from django_dbqueue.worker.tables import has_queue_column
 
-WORKER_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
-
-
 positive_int = whole_number(1)
-
-
-def worker_id(value: str) -> str:
-    if not WORKER_ID.match(value):
-        raise argparse.ArgumentTypeError(
-            "use 1-200 letters, digits and . _ : @ - (it is stored and shown to operators)"
-        )
-    return value
-
-
-def queue_name(value: str) -> str:
-    if not NAME.match(value) or len(value) > 64:
-        raise argparse.ArgumentTypeError("use 1-64 letters, digits and . _ : -")
-    return value
+#: ``--batch-size``: the range of ``DBQUEUE_BATCH_SIZE`` (a LIMIT the databases can take).
+batch_size = whole_number(*(int(bound) for bound in setting_range(Settings.BATCH_SIZE)))
 
 
 def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
@@ -59,6 +49,15 @@ def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
     return resolved
 
 
+def refuse_bad_settings() -> None:
+    """Start no worker on settings that fail their checks: a worker would crash on them and be
+    replaced, again and again. (``call_command()`` skips the system checks by default.)"""
+    failed = failed_setting_checks()
+    if failed:
+        lines = "\n".join(f"  {message.id}: {message.msg}" for message in failed)
+        raise CommandError(f"runqueue will not start: the settings fail their checks:\n{lines}")
+
+
 class Command(BaseCommand):
     help = "Process queued rows of QueueMixin models until stopped (or drained, with --burst)."
 
@@ -74,7 +73,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--batch-size",
-            type=positive_int,
+            type=batch_size,
             default=None,
             help=(
                 "Rows claimed at once (default: as many as fit in DBQUEUE_BATCH_SECONDS of work by the"
@@ -95,15 +94,17 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--poll-interval",
-            type=positive_seconds,
+            type=poll_seconds,
             default=None,
-            help=f"Longest idle wait between polls in seconds (default {settings.POLL_INTERVAL}).",
+            help=f"Longest idle wait between polls in seconds, 0.01 to 3600 "
+            f"(default {settings.POLL_INTERVAL}).",
         )
         parser.add_argument(
             "--lease",
-            type=positive_seconds,
+            type=lease_seconds,
             default=None,
-            help="Seconds a claim is valid unless renewed (default: the model's queue_lease).",
+            help="Seconds a claim is valid unless renewed, 1 to 604800 (7 days) "
+            "(default: the model's queue_lease).",
         )
         parser.add_argument(
             "--worker-id",
@@ -131,6 +132,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not options.get("skip_checks"):
             self.check(databases=[])
+        refuse_bad_settings()
         models = resolve_models(options["models"])
         if options["queue"]:
             if options["models"]:
