@@ -11,7 +11,7 @@ from typing import Any
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from django_dbqueue.conf import settings
 from django_dbqueue.handlers import NAME
@@ -60,6 +60,20 @@ def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
 
 class Command(BaseCommand):
     help = "Process queued rows of QueueMixin models until stopped (or drained, with --burst)."
+
+    def check(self, *args: Any, databases: Any = None, **kwargs: Any) -> None:
+        """The system checks, also while the database is down.
+
+        Since Django 6.1 the checks run each field's database-specific checks against every
+        database, and on MySQL/MariaDB those connect (a field's column type depends on the server).
+        A worker started before its database must wait for it (the supervisor does), not die
+        here: if the database does not answer, run the checks that do not need it."""
+        try:
+            super().check(*args, databases=databases, **kwargs)
+        except (OperationalError, InterfaceError):
+            if databases:
+                raise
+            super().check(*args, databases=[], **kwargs)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
