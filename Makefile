@@ -14,7 +14,8 @@ EXAMPLE_DB ?=
 
 help:
 	@echo "make example   - set up and run the example shop end to end (SQLite; DATABASE_URL=... for others)"
-	@echo "make test      - the whole test suite on MariaDB, PostgreSQL and SQLite (+ lint, checks)"
+	@echo "make test      - the whole test suite on MariaDB, PostgreSQL and SQLite (+ lint, checks), and"
+	@echo "                 smoke runs on Django 5.2 LTS and 6.0 on MariaDB and PostgreSQL (make test-django-52)"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
