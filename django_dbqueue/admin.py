@@ -156,8 +156,15 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
         own = list(super().get_list_filter(request))
         return [*own, *(f for f in self.dbqueue_list_filter if f not in own)]
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 shows actions on the change form too and says where with ``action_location``
+        # (an ``admin.ActionLocation``); an override without that parameter is deprecated there
+        # and switches the change form's actions off. 5.2 and 6.0 have no such parameter: pass it
+        # on only when Django gave one.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location=action_location)
         if self.dbqueue_replace_delete_selected and "dbqueue_delete" in actions:
             actions.pop("delete_selected", None)
         return actions

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,7 +16,7 @@ from django.db import connection
 from django.test import Client, RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import deprecation, timezone
 
 from django_dbqueue import pagination, stats
 from django_dbqueue.admin import describe_queue_state, error_summary
@@ -163,6 +165,62 @@ def test_changelist_shows_readable_queue_columns(admin_client: Client, rows: dic
     actions = dict(response.context["action_form"].fields["action"].choices)
     assert {"mark_handled", "dbqueue_retry_now", "dbqueue_reprioritize", "dbqueue_delete"} <= set(actions)
     assert "delete_selected" not in actions
+
+
+@pytest.fixture
+def django_deprecations_are_errors() -> Iterator[None]:
+    """Every ``RemovedInDjango*`` warning of the installed Django release raises."""
+    categories = [
+        value
+        for name, value in vars(deprecation).items()
+        if name.startswith("RemovedIn") and isinstance(value, type) and issubclass(value, Warning)
+    ]
+    assert categories
+    with warnings.catch_warnings():
+        for category in categories:
+            warnings.simplefilter("error", category)
+        yield
+
+
+def test_the_admin_uses_no_deprecated_django_api(
+    admin_client: Client, rows: dict[str, int], django_deprecations_are_errors: None
+) -> None:
+    # Django 6.1 asks get_actions() for the change list's and the change form's actions and
+    # warns (RemovedInDjango2028Warning) about an override without ``action_location``.
+    response = admin_client.get(URL)
+    assert response.status_code == 200
+    actions = dict(response.context["action_form"].fields["action"].choices)
+    assert {"mark_handled", "dbqueue_retry_now", "dbqueue_delete"} <= set(actions)
+    assert "delete_selected" not in actions
+    change = admin_client.get(reverse("admin:testapp_ticket_change", args=[rows["retrying"]]))
+    assert change.status_code == 200
+
+
+@pytest.mark.skipif(not hasattr(admin, "ActionLocation"), reason="change form actions arrived in Django 6.1")
+def test_change_form_actions_of_the_model_admin_are_kept(
+    admin_user: User, django_deprecations_are_errors: None
+) -> None:
+    from tests.testapp.admin import TicketAdmin
+
+    both = [admin.ActionLocation.CHANGE_LIST, admin.ActionLocation.CHANGE_FORM]
+
+    @admin.action(description="Escalate", location=both)
+    def escalate(modeladmin: Any, request: Any, queryset: Any) -> None:
+        pass
+
+    class EscalatingAdmin(TicketAdmin):
+        actions = ("mark_handled", escalate)
+
+    model_admin = EscalatingAdmin(Ticket, admin.site)
+    request = RequestFactory().get(URL)
+    request.user = admin_user
+    on_form = model_admin.get_actions(request, action_location=admin.ActionLocation.CHANGE_FORM)
+    assert set(on_form) == {"escalate"}
+    on_list = model_admin.get_actions(request, action_location=admin.ActionLocation.CHANGE_LIST)
+    assert {"escalate", "mark_handled", "dbqueue_retry_now", "dbqueue_delete"} <= set(on_list)
+    assert "delete_selected" not in on_list
+    choices = model_admin.get_action_choices(request, action_location=admin.ActionLocation.CHANGE_FORM)
+    assert [name for name, _label in choices if name] == ["escalate"]
 
 
 def test_error_summary_and_state_text() -> None:

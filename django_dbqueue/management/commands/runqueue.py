@@ -9,7 +9,7 @@ from typing import Any
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from django_dbqueue.conf import Settings, settings
 from django_dbqueue.management.arguments import (
@@ -60,6 +60,20 @@ def refuse_bad_settings() -> None:
 
 class Command(BaseCommand):
     help = "Process queued rows of QueueMixin models until stopped (or drained, with --burst)."
+
+    def check(self, *args: Any, databases: Any = None, **kwargs: Any) -> None:
+        """The system checks, also while the database is down.
+
+        Since Django 6.1 the checks run each field's database-specific checks against every
+        database, and on MySQL/MariaDB those connect (a field's column type depends on the server).
+        A worker started before its database must wait for it (the supervisor does), not die
+        here: if the database does not answer, run the checks that do not need it."""
+        try:
+            super().check(*args, databases=databases, **kwargs)
+        except (OperationalError, InterfaceError):
+            if databases:
+                raise
+            super().check(*args, databases=[], **kwargs)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -124,14 +138,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
 
-    # The checks run in handle(), without a database: since Django 6.1 the default checks of
-    # a command open a connection, and a worker started before its database is up must wait
-    # for it (the supervisor does) rather than crash.
-    requires_system_checks: list[str] = []
-
     def handle(self, *args: Any, **options: Any) -> None:
-        if not options.get("skip_checks"):
-            self.check(databases=[])
         refuse_bad_settings()
         models = resolve_models(options["models"])
         if options["queue"]:
