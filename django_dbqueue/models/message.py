@@ -21,6 +21,7 @@ from ..backends import backend_for
 from ..conf import settings
 from ..exceptions import Discard
 from ..handlers import NAME, InvalidPayload, get_handler
+from ..payloads import check_payload
 from ..query import QueueQuerySet
 from ..states import QueueState
 from .mixin import QueueMixin
@@ -169,16 +170,7 @@ class MessageQuerySet(QueueQuerySet):
             raise ValueError(f"message key must be a string of 1-191 characters, not {key!r}")
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise TypeError(f"priority must be an integer, not {priority!r}")
-        try:
-            size = len(json.dumps(payload).encode())
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"the payload of a {kind!r} message is not JSON-serialisable: {exc}") from exc
-        if size > settings.MAX_PAYLOAD_BYTES:
-            raise ValueError(
-                f"the payload of a {kind!r} message is {size} bytes; the limit is "
-                f"{settings.MAX_PAYLOAD_BYTES} (DBQUEUE_MAX_PAYLOAD_BYTES): store big data "
-                "elsewhere and publish a reference to it"
-            )
+        check_payload(payload, kind)
         now = timezone.now()
         if isinstance(run_at, timedelta):
             run_at = now + run_at
