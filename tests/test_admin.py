@@ -16,8 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_dbqueue import pagination, stats
-from django_dbqueue.admin import describe_queue_state, error_summary
+from django_dbqueue.admin import describe_queue_state, error_summary, pagination, stats
 from django_dbqueue.history import AttemptOutcome, QueueAttempt
 from django_dbqueue.states import QueueState
 from tests.testapp.models import Job, Ticket

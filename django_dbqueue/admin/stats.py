@@ -17,11 +17,11 @@ from django.db import connections, router
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from .history import AttemptOutcome, QueueAttempt, history_enabled
+from ..history import AttemptOutcome, QueueAttempt, history_enabled
+from ..query import DbNow, db_now_plus
+from ..registry import WorkerProcess
+from ..states import QueueState
 from .pagination import plan_row_estimate, table_row_estimate
-from .query import DbNow, db_now_plus
-from .registry import WorkerProcess
-from .states import QueueState
 
 #: Counts above this are estimates.
 EXACT_LIMIT = 100_000

@@ -10,8 +10,8 @@
 * read-only queue columns in the change form, with the full traceback;
 * a dashboard per model, and "people as consumers": take the next N items (the same atomic
   claim the workers use, leased to ``user:<username>``), "my items", done / failed / defer /
-  hand back (see :mod:`django_dbqueue.admin_people`);
-* a paginator that never runs a full ``COUNT(*)`` (:mod:`django_dbqueue.pagination`).
+  hand back (see :mod:`django_dbqueue.admin.people`);
+* a paginator that never runs a full ``COUNT(*)`` (:mod:`django_dbqueue.admin.pagination`).
 
 Everything is configured by ``dbqueue_*`` class attributes; see docs/admin.md.
 """
@@ -34,20 +34,15 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from rangefilter.filters import DateTimeRangeFilter, NumericRangeFilter
 
-from .admin_actions import ActionsAdminMixin
-from .admin_people import PeopleAdminMixin
-from .history import QueueAttempt, history_enabled
-from .messages import ArchivedMessage, Message
-from .models import QUEUE_FIELDS
+from ..history import QueueAttempt, history_enabled
+from ..models import QUEUE_FIELDS
+from ..states import QueueState
+from .actions import ActionsAdminMixin
 from .pagination import EstimatedCountPaginator
-from .registry import WorkerProcess
-from .states import QueueState
-from .task_records import TaskRecord
+from .people import PeopleAdminMixin
+from .stats import queue_stats
 
 __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_summary"]
-
-# The app's own models (Message, TaskRecord, QueueAttempt, ArchivedMessage, WorkerProcess) are
-# registered at the end of this module.
 
 
 class HasErrorFilter(admin.SimpleListFilter):
@@ -290,8 +285,6 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
     def dbqueue_dashboard_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
-        from .stats import queue_stats
-
         context = {
             **self.admin_site.each_context(request),
             "title": _("%(name)s queue") % {"name": self.opts.verbose_name_plural.capitalize()},
@@ -300,67 +293,3 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
             "dbqueue": self.dbqueue_changelist_context(request),
         }
         return TemplateResponse(request, self.dbqueue_dashboard_template, context)
-
-
-# -- the app's own models ---------------------------------------------------------------------
-# Registered on the default admin site, like any app's admin.py; unregister them
-# (``admin.site.unregister(Message)``) to hide them. No list filter here reads distinct
-# values from the table (that is a scan at millions of rows): search by kind, key or queue.
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    show_full_result_count = False
-    paginator = EstimatedCountPaginator
-    show_facets = admin.ShowFacets.NEVER
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-@admin.register(Message)
-class MessageAdmin(QueueAdminMixin, admin.ModelAdmin):
-    list_display = ("__str__", "queue", "kind", "key")
-    search_fields = ("=kind", "=key", "=queue")
-
-
-@admin.register(TaskRecord)
-class TaskRecordAdmin(QueueAdminMixin, admin.ModelAdmin):
-    list_display = ("__str__", "queue", "backend")
-    search_fields = ("=task_path", "=queue", "=id")
-    readonly_fields = ("return_value", "errors", "worker_ids", "started_at")
-
-
-@admin.register(QueueAttempt)
-class QueueAttemptAdmin(ReadOnlyAdmin):
-    list_display = (
-        "model",
-        "object_id",
-        "attempt",
-        "outcome",
-        "worker_id",
-        "claimed_at",
-        "finished_at",
-        "error_line",
-    )
-    list_filter = ("outcome", ("finished_at", DateTimeRangeFilter))
-    search_fields = ("=model", "=object_id", "=worker_id")
-
-    @admin.display(description=_("error"))
-    def error_line(self, obj: QueueAttempt) -> str:
-        return error_summary(obj.error)
-
-
-@admin.register(ArchivedMessage)
-class ArchivedMessageAdmin(ReadOnlyAdmin):
-    list_display = ("original_id", "kind", "key", "queue", "state", "attempts", "finished_at", "archived_at")
-    list_filter = ("state", ("finished_at", DateTimeRangeFilter))
-    search_fields = ("=kind", "=key", "=original_id")
-
-
-@admin.register(WorkerProcess)
-class WorkerProcessAdmin(ReadOnlyAdmin):
-    list_display = ("worker_id", "hostname", "pid", "queue_models", "started_at", "last_seen_at")
-    search_fields = ("=hostname", "worker_id")

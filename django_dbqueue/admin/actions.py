@@ -22,8 +22,8 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from .query import QueueQuerySet, QueueQuerySetMixin
-from .states import QueueState
+from ..query import QueueQuerySet, QueueQuerySetMixin
+from ..states import QueueState
 
 
 class PriorityForm(forms.Form):

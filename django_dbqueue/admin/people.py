@@ -26,9 +26,9 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from .exceptions import Discard, LeaseLost
-from .query import QueueQuerySet
-from .states import QueueState
+from ..exceptions import Discard, LeaseLost
+from ..query import QueueQuerySet
+from ..states import QueueState
 
 
 class MarkedFailed(Discard):
