@@ -17,13 +17,14 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
-from rangefilter.filters import DateTimeRangeFilter
 
 from ..history import QueueAttempt
 from ..messages import ArchivedMessage, Message
 from ..registry import WorkerProcess
 from ..task_records import TaskRecord
-from .mixin import HasErrorFilter, QueueAdminMixin, describe_queue_state, error_summary
+from .display import describe_queue_state, error_summary, traceback_html, when
+from .filters import HasErrorFilter, WholeDayRangeFilter
+from .mixin import QueueAdminMixin
 from .pagination import EstimatedCountPaginator
 
 __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_summary"]
@@ -54,6 +55,14 @@ class TaskRecordAdmin(QueueAdminMixin, admin.ModelAdmin):
     readonly_fields = ("return_value", "errors", "worker_ids", "started_at")
 
 
+def _time(field: str, label: Any) -> Any:
+    @admin.display(description=label, ordering=field)
+    def column(self: Any, obj: Any) -> str:
+        return when(getattr(obj, field))
+
+    return column
+
+
 @admin.register(QueueAttempt)
 class QueueAttemptAdmin(ReadOnlyAdmin):
     list_display = (
@@ -62,26 +71,60 @@ class QueueAttemptAdmin(ReadOnlyAdmin):
         "attempt",
         "outcome",
         "worker_id",
-        "claimed_at",
-        "finished_at",
+        "claimed",
+        "finished",
         "error_line",
     )
-    list_filter = ("outcome", ("finished_at", DateTimeRangeFilter))
+    list_filter = ("outcome", ("finished_at", WholeDayRangeFilter))
     search_fields = ("=model", "=object_id", "=worker_id")
+    fields = (
+        "model",
+        "object_id",
+        "attempt",
+        "outcome",
+        "worker_id",
+        "enqueued",
+        "due",
+        "claimed",
+        "finished",
+    )
+    fields += ("error_text",)
+    readonly_fields = ("enqueued", "due", "claimed", "finished", "error_text")
+
+    enqueued = _time("enqueued_at", _("enqueued at"))
+    due = _time("due_at", _("due at"))
+    claimed = _time("claimed_at", _("claimed at"))
+    finished = _time("finished_at", _("finished at"))
 
     @admin.display(description=_("error"))
     def error_line(self, obj: QueueAttempt) -> str:
         return error_summary(obj.error)
 
+    @admin.display(description=_("error"))
+    def error_text(self, obj: QueueAttempt) -> str:
+        return traceback_html(obj.error)
+
 
 @admin.register(ArchivedMessage)
 class ArchivedMessageAdmin(ReadOnlyAdmin):
-    list_display = ("original_id", "kind", "key", "queue", "state", "attempts", "finished_at", "archived_at")
-    list_filter = ("state", ("finished_at", DateTimeRangeFilter))
+    list_display = ("original_id", "kind", "key", "queue", "state", "attempts", "finished", "archived")
+    list_filter = ("state", ("finished_at", WholeDayRangeFilter))
     search_fields = ("=kind", "=key", "=original_id")
+    exclude = ("last_error",)
+    readonly_fields = ("last_error_text",)
+
+    finished = _time("finished_at", _("finished at"))
+    archived = _time("archived_at", _("archived at"))
+
+    @admin.display(description=_("last error"))
+    def last_error_text(self, obj: ArchivedMessage) -> str:
+        return traceback_html(obj.last_error)
 
 
 @admin.register(WorkerProcess)
 class WorkerProcessAdmin(ReadOnlyAdmin):
-    list_display = ("worker_id", "hostname", "pid", "queue_models", "started_at", "last_seen_at")
+    list_display = ("worker_id", "hostname", "pid", "queue_models", "started", "last_seen")
+
+    started = _time("started_at", _("started at"))
+    last_seen = _time("last_seen_at", _("last seen at"))
     search_fields = ("=hostname", "worker_id")

@@ -4,14 +4,19 @@
 ``list_display``, ``list_filter``, ``search_fields`` and actions:
 
 * queue columns (a readable state, priority, run at, attempts, the last error's summary);
-* queue filters (state, has error, date ranges, priority and attempt ranges);
+* queue filters (state, has error, date ranges where a date alone means the whole day,
+  priority and attempt ranges); an invalid filter is named at the top of the list and turns
+  the bulk actions off (:mod:`.filters`);
 * bulk actions that are each ONE UPDATE or DELETE over the selection or the whole filtered
-  set, never touching a RUNNING row (it belongs to its worker), reporting what they skipped;
-* read-only queue columns in the change form, with the full traceback;
-* a dashboard per model, and "people as consumers": take the next N items (the same atomic
-  claim the workers use, leased to ``user:<username>``), "my items", done / failed / defer /
-  hand back (see :mod:`django_dbqueue.admin.people`);
-* a paginator that never runs a full ``COUNT(*)`` (:mod:`django_dbqueue.admin.pagination`).
+  set, never touching a RUNNING row, confirming the exact number of rows first when they act
+  on all matching rows (:mod:`.actions`);
+* a page query that stays on the queue table whatever ``list_select_related`` says
+  (:mod:`.changelist`) and a paginator that never runs a full ``COUNT(*)`` and marks its
+  estimates (:mod:`.pagination`);
+* read-only queue columns in the change form, with the full traceback, the attempt history and
+  Retry now / Reschedule / Cancel buttons for the row (:mod:`.rows`);
+* a dashboard per model (:mod:`.stats`), and "people as consumers": take the next N items,
+  "my items", done / failed / defer / hand back, one at a time or all at once (:mod:`.people`).
 
 Everything is configured by ``dbqueue_*`` class attributes; see docs/admin.md.
 """
@@ -20,88 +25,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path
-from django.utils import timezone
-from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
-from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
-from rangefilter.filters import DateTimeRangeFilter, NumericRangeFilter
+from rangefilter.filters import NumericRangeFilter
 
-from ..history import QueueAttempt, history_enabled
-from ..models import QUEUE_FIELDS
-from ..states import QueueState
 from .actions import ActionsAdminMixin
-from .pagination import EstimatedCountPaginator
+from .changelist import QueueChangeList
+from .display import describe_queue_state, error_summary, number
+from .filters import HasErrorFilter, WholeDayRangeFilter
+from .pagination import EstimatedCountPaginator, count_hint, count_text
 from .people import PeopleAdminMixin
+from .rows import RowAdminMixin
 from .stats import queue_stats
 
 __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_summary"]
 
 
-class HasErrorFilter(admin.SimpleListFilter):
-    title = _("has error")
-    parameter_name = "queue_has_error"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [("yes", _("With an error")), ("no", _("Without an error"))]
-
-    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
-        if self.value() == "yes":
-            # A success clears the error, so SUCCEEDED rows (most of a big table) never match:
-            # naming the other states lets the state index skip them instead of a full scan.
-            others = [state for state in QueueState.values if state != QueueState.SUCCEEDED]
-            return queryset.filter(queue_state__in=others).exclude(queue_last_error="")
-        if self.value() == "no":
-            return queryset.filter(queue_last_error="")
-        return queryset
-
-
-def describe_queue_state(row: Any, now: Any = None) -> str:
-    """A person's reading of the row's state: "retrying, attempt 3 of 8", "scheduled", …"""
-    now = now or timezone.now()
-    state = row.queue_state
-    attempts = row.queue_attempts
-    max_attempts = getattr(type(row).queue_retry, "max_attempts", None)
-    of = f" of {max_attempts}" if max_attempts else ""
-    if state == QueueState.READY:
-        if attempts and row.queue_last_error:
-            return f"retrying, attempt {attempts + 1}{of}"
-        if row.queue_run_at and row.queue_run_at > now:
-            return "scheduled"
-        return "ready"
-    if state == QueueState.RUNNING:
-        who = f" by {row.queue_locked_by}" if row.queue_locked_by else ""
-        expired = " (lease expired)" if row.queue_locked_until and row.queue_locked_until < now else ""
-        return f"running{who}, attempt {attempts}{of}{expired}"
-    if state == QueueState.FAILED:
-        return ngettext("failed after %d attempt", "failed after %d attempts", attempts) % attempts
-    return str(QueueState(state).label).lower() if state in QueueState.values else str(state)
-
-
-def error_summary(text: str, length: int = 120) -> str:
-    """One line that says what went wrong: a traceback's exception line, else the first line."""
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
-    return Truncator(line.strip()).chars(length)
-
-
-class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
+class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
     """Mix into a ``ModelAdmin`` of a ``QueueMixin`` model (before ``admin.ModelAdmin``)."""
 
     #: Columns added after the model admin's own ``list_display``.
     dbqueue_list_display: tuple[str, ...] = (
         "dbqueue_state",
         "queue_priority",
-        "queue_run_at",
+        "dbqueue_run_at",
         "queue_attempts",
         "dbqueue_error",
     )
@@ -109,10 +61,10 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
     dbqueue_list_filter: tuple[Any, ...] = (
         "queue_state",
         HasErrorFilter,
-        ("queue_run_at", DateTimeRangeFilter),
-        ("queue_enqueued_at", DateTimeRangeFilter),
-        ("queue_last_attempt_at", DateTimeRangeFilter),
-        ("queue_finished_at", DateTimeRangeFilter),
+        ("queue_run_at", WholeDayRangeFilter),
+        ("queue_enqueued_at", WholeDayRangeFilter),
+        ("queue_last_attempt_at", WholeDayRangeFilter),
+        ("queue_finished_at", WholeDayRangeFilter),
         ("queue_priority", NumericRangeFilter),
         ("queue_attempts", NumericRangeFilter),
     )
@@ -135,7 +87,7 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
     # Facet counts aggregate every filter over the whole filtered set: minutes at 10M rows.
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
-    change_list_template = "admin/django_dbqueue/change_list.html"
+    change_list_template = "admin/django_dbqueue/queue_change_list.html"
     dbqueue_dashboard_template = "admin/django_dbqueue/dashboard.html"
 
     def __init__(self, model: type[models.Model], admin_site: admin.AdminSite) -> None:
@@ -160,32 +112,6 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
             actions.pop("delete_selected", None)
         return actions
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        own = list(super().get_readonly_fields(request, obj))
-        queue = [f for f in QUEUE_FIELDS if f != "queue_last_error"] + [
-            "dbqueue_last_error",
-            "dbqueue_history",
-        ]
-        return [*own, *(f for f in queue if f not in own)]
-
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        fieldsets = list(super().get_fieldsets(request, obj))
-        if not self.dbqueue_fieldset:
-            return fieldsets
-        queue = {*QUEUE_FIELDS, "dbqueue_last_error", "dbqueue_history"}
-        shown: set[str] = set()
-        cleaned = []
-        for name, options in fieldsets:
-            fields = [f for f in options.get("fields", ()) if isinstance(f, (list, tuple)) or f not in queue]
-            shown.update(f for f in options.get("fields", ()) if isinstance(f, str))
-            if fields:
-                cleaned.append((name, {**options, "fields": fields}))
-        if self.fieldsets is not None and shown & queue:
-            return fieldsets  # the model admin placed the queue fields itself
-        order = [f for f in QUEUE_FIELDS if f not in ("queue_last_error", "queue_token")]
-        extra = ["dbqueue_last_error", "dbqueue_history"] if obj is not None else ["dbqueue_last_error"]
-        return [*cleaned, (_("Queue"), {"fields": [*order, *extra]})]
-
     # -- columns -------------------------------------------------------------------------
 
     @admin.display(description=_("queue state"), ordering="queue_state")
@@ -196,52 +122,6 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
     def dbqueue_error(self, obj: Any) -> str:
         return error_summary(obj.queue_last_error)
 
-    @admin.display(description=_("last error"))
-    def dbqueue_last_error(self, obj: Any) -> str:
-        if obj is None or not obj.queue_last_error:
-            return "-"
-        return format_html('<pre class="dbqueue-traceback">{}</pre>', obj.queue_last_error)
-
-    #: Attempts shown in the change form's history (0: none).
-    dbqueue_history_rows: int = 20
-
-    @admin.display(description=_("attempts"))
-    def dbqueue_history(self, obj: Any) -> str:
-        if obj is None or obj.pk is None or not self.dbqueue_history_rows or not history_enabled(self.model):
-            return "-"
-        attempts = list(
-            QueueAttempt.objects.using(obj._state.db)
-            .filter(model=self.opts.label, object_id=str(obj.pk))
-            .order_by("-finished_at", "-pk")[: self.dbqueue_history_rows]
-        )
-        if not attempts:
-            return "-"
-        rows = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (
-                    a.attempt,
-                    a.get_outcome_display(),
-                    a.worker_id,
-                    date_format(timezone.localtime(a.claimed_at), "DATETIME_FORMAT") if a.claimed_at else "-",
-                    date_format(timezone.localtime(a.finished_at), "DATETIME_FORMAT"),
-                    error_summary(a.error, 200),
-                )
-                for a in attempts
-            ),
-        )
-        head = format_html(
-            "<tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>",
-            _("attempt"),
-            _("outcome"),
-            _("worker"),
-            _("claimed"),
-            _("finished"),
-            _("error"),
-        )
-        return format_html('<table class="dbqueue-history">{}{}</table>', head, rows)
-
     # -- permissions ---------------------------------------------------------------------
 
     def has_dbqueue_permission(self, request: HttpRequest) -> bool:
@@ -249,13 +129,57 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
         default; override to require a permission of your own (e.g. ``shop.manage_queue``)."""
         return self.has_change_permission(request)
 
+    # -- the list ------------------------------------------------------------------------
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[QueueChangeList]:
+        return QueueChangeList
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        request.dbqueue_changelist = changelist  # for response_action() and the take view
+        return changelist
+
+    def dbqueue_filter_errors(self, request: HttpRequest) -> list[str]:
+        changelist = getattr(request, "dbqueue_changelist", None)
+        return changelist.dbqueue_filter_errors if isinstance(changelist, QueueChangeList) else []
+
+    def response_action(self, request: HttpRequest, queryset: models.QuerySet) -> Any:
+        errors = self.dbqueue_filter_errors(request)
+        if errors:  # an invalid filter was not applied: the set is not what the person sees
+            self.message_user(request, " ".join([*errors, str(_("No action was run."))]), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_action(request, queryset)
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
         if request.method == "POST" and "action" in request.POST:
             wanted = set(request.POST.getlist("action")) & set(self.dbqueue_actions)
             if wanted - set(self.get_actions(request)):
                 raise PermissionDenied  # a forged POST for an action the user may not run
         context = {"dbqueue": self.dbqueue_changelist_context(request), **(extra_context or {})}
-        return super().changelist_view(request, context)
+        response = super().changelist_view(request, context)
+        data = getattr(response, "context_data", None) or {}
+        changelist = data.get("cl")
+        if isinstance(changelist, QueueChangeList):
+            errors = changelist.dbqueue_filter_errors
+            if errors:
+                data.update(dbqueue_filter_errors=errors, action_form=None)
+            paginator = changelist.paginator
+            if getattr(paginator, "estimated", False):
+                names = self.opts.verbose_name_plural
+                shown = count_text(paginator, names)
+                data.update(
+                    dbqueue_count=shown,
+                    dbqueue_page_range=list(paginator.get_elided_page_range(changelist.page_num))
+                    if changelist.multi_page
+                    else [],
+                    dbqueue_select_all=_("Select all matching %(names)s (%(count)s)")
+                    % {"names": names, "count": count_hint(paginator)},
+                    selection_note_all=_(
+                        "All matching %(names)s selected: the exact number is shown before any action runs."
+                    )
+                    % {"names": names},
+                )
+        return response
 
     def dbqueue_changelist_context(self, request: HttpRequest) -> dict[str, Any]:
         context: dict[str, Any] = {
@@ -268,7 +192,7 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
             query = request.GET.urlencode()
             context["take_url"] = self._dbqueue_url("take") + (f"?{query}" if query else "")
             context["mine_url"] = self._dbqueue_url("mine")
-            context["my_count"] = self.dbqueue_my_items(request).count()
+            context["my_count"] = number(self.dbqueue_my_items(request).count())
         return context
 
     # -- dashboard -----------------------------------------------------------------------
@@ -279,6 +203,7 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin):
         return [
             path("dbqueue/dashboard/", wrap(self.dbqueue_dashboard_view), name=f"{prefix}_dashboard"),
             *self.dbqueue_people_urls(),
+            *self.dbqueue_row_urls(),
             *super().get_urls(),
         ]
 

@@ -10,8 +10,9 @@ the order of magnitude to page through. So:
 * a filtered list counts exactly up to ``exact_limit`` (``SELECT COUNT(*) FROM (SELECT … LIMIT
   n+1)``, which stops early) and, above it, takes the planner's row estimate (``EXPLAIN``).
 
-``estimated`` tells templates that the count is approximate. SQLite has no cheap estimate: it
-counts exactly, like Django.
+``estimated`` tells templates that the count is approximate (``at_least`` that it is only
+known to be above ``exact_limit``); :func:`count_text` says so in words. SQLite has no cheap
+estimate: it counts exactly, like Django.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from django.core.paginator import Paginator
 from django.db import DatabaseError, connections
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
+from django.utils.translation import gettext as _
+
+from .display import number
 
 
 class EstimatedCountPaginator(Paginator):
@@ -32,6 +36,7 @@ class EstimatedCountPaginator(Paginator):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.estimated = False
+        self.at_least = False
 
     @cached_property
     def count(self) -> int:
@@ -48,7 +53,30 @@ class EstimatedCountPaginator(Paginator):
         if capped <= self.exact_limit:
             return capped
         self.estimated = True
-        return max(self.exact_limit + 1, plan_row_estimate(qs) or 0)
+        planned = plan_row_estimate(qs)
+        if planned is None or planned <= self.exact_limit:
+            self.at_least = True  # the planner does not know (a join, SQLite): say "more than"
+            return self.exact_limit + 1
+        return planned
+
+
+def count_hint(paginator: EstimatedCountPaginator) -> str:
+    """An estimated count in words: "about 300,436, an estimate", "more than 10,000"."""
+    if paginator.at_least:
+        return _("more than %(n)s") % {"n": number(paginator.exact_limit)}
+    return _("about %(n)s, an estimate") % {"n": number(paginator.count)}
+
+
+def count_text(paginator: EstimatedCountPaginator, names: str) -> str:
+    """The list's row count in words, an estimate marked as one."""
+    values = {"n": number(paginator.count), "names": names, "limit": number(paginator.exact_limit)}
+    if paginator.at_least:
+        return (
+            _("More than %(limit)s %(names)s (lists above %(limit)s rows are not counted exactly)") % values
+        )
+    return (
+        _("About %(n)s %(names)s (an estimate: lists above %(limit)s rows are not counted exactly)") % values
+    )
 
 
 def table_row_estimate(model: type, using: str) -> int | None:
