@@ -143,7 +143,8 @@ def test_estimated_counts_are_marked_as_estimates(
     monkeypatch.setattr(pagination, "plan_row_estimate", lambda qs: None)
     html = admin_client.get(URL, {"queue_has_error": "no"}).content.decode()
     assert "More than 2 tickets" in html and "Select all matching tickets (more than 2)" in html
-    assert "Select all 3 tickets" not in html
+    assert "More than 2 results" in html  # the search bar's count
+    assert "Select all 3 tickets" not in html and "3 results" not in html
 
 
 def test_counts_and_messages_have_thousands_separators(admin_client: Client) -> None:

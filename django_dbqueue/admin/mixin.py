@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -38,7 +39,7 @@ from .actions import ActionsAdminMixin
 from .changelist import QueueChangeList
 from .display import describe_queue_state, error_summary, number
 from .filters import HasErrorFilter, WholeDayRangeFilter
-from .pagination import EstimatedCountPaginator, count_hint, count_text
+from .pagination import EstimatedCountPaginator, count_hint, count_text, results_text
 from .people import PeopleAdminMixin
 from .rows import RowAdminMixin
 from .stats import queue_stats
@@ -169,6 +170,8 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
                 shown = count_text(paginator, names)
                 data.update(
                     dbqueue_count=shown,
+                    dbqueue_results=results_text(paginator),
+                    dbqueue_search_var=SEARCH_VAR,
                     dbqueue_page_range=list(paginator.get_elided_page_range(changelist.page_num))
                     if changelist.multi_page
                     else [],

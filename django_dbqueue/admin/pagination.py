@@ -67,6 +67,13 @@ def count_hint(paginator: EstimatedCountPaginator) -> str:
     return _("about %(n)s, an estimate") % {"n": number(paginator.count)}
 
 
+def results_text(paginator: EstimatedCountPaginator) -> str:
+    """The search bar's "N results", an estimate marked as one."""
+    if paginator.at_least:
+        return _("More than %(n)s results") % {"n": number(paginator.exact_limit)}
+    return _("About %(n)s results (an estimate)") % {"n": number(paginator.count)}
+
+
 def count_text(paginator: EstimatedCountPaginator, names: str) -> str:
     """The list's row count in words, an estimate marked as one."""
     values = {"n": number(paginator.count), "names": names, "limit": number(paginator.exact_limit)}
