@@ -8,7 +8,12 @@ the order of magnitude to page through. So:
   (``information_schema.TABLES.TABLE_ROWS`` on MySQL/MariaDB, ``pg_class.reltuples`` on
   PostgreSQL) when it is above ``exact_limit``;
 * a filtered list counts exactly up to ``exact_limit`` (``SELECT COUNT(*) FROM (SELECT … LIMIT
-  n+1)``, which stops early) and, above it, takes the planner's row estimate (``EXPLAIN``).
+  n+1)``, which stops early) and, above it, takes the planner's row estimate (``EXPLAIN``);
+* a page is read as its rows' keys first, then the rows by key (see ``page()``), and a page in
+  the second half of an estimated list is read from the list's end (the reversed ordering with a
+  small OFFSET), so the last pages cost what the first ones do instead of an OFFSET over the
+  whole table (1.1 s for the last page of 1,000,000 orders on MariaDB). Such pages are counted
+  from the end: with an estimate they are the true last rows.
 
 ``estimated`` tells templates that the count is approximate (``at_least`` that it is only
 known to be above ``exact_limit``); :func:`count_text` says so in words. SQLite has no cheap
@@ -58,6 +63,27 @@ class EstimatedCountPaginator(Paginator):
             self.at_least = True  # the planner does not know (a join, SQLite): say "more than"
             return self.exact_limit + 1
         return planned
+
+    def page(self, number: Any) -> Any:
+        """A page read in two steps: the keys of its rows (a narrow query that the database
+        can answer from an index, even through the joins of a filter), then its rows by key,
+        in the list's order. Sorting whole rows (their text columns included) to find one page
+        is what made a filtered page of the example shop take 0.6 s at 1,000,000 orders."""
+        qs = self.object_list
+        if not isinstance(qs, QuerySet):
+            return super().page(number)
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        top = bottom + self.per_page
+        if top + self.orphans >= self.count:
+            top = self.count
+        if self.estimated and qs.ordered and bottom > self.count // 2:
+            # Read from the end: skip the rows after this page in the reversed order.
+            after = self.count - top
+            keys = list(qs.reverse().values_list("pk", flat=True)[after : after + top - bottom])
+        else:
+            keys = list(qs.values_list("pk", flat=True)[bottom:top])
+        return self._get_page(qs.filter(pk__in=keys), number, self)
 
 
 def count_hint(paginator: EstimatedCountPaginator) -> str:
