@@ -498,6 +498,10 @@ def test_dashboard_stays_bounded_on_big_tables(
         assert stats.queue_stats(Ticket)["succeeded_last_hour"] is None
         response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
     assert b"add an index on (queue_state, queue_finished_at)" in response.content
+    monkeypatch.setattr(stats, "EXACT_LIMIT", 2)
+    response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
+    assert b'data-state="ready">\xe2\x89\x88 ' in response.content  # the estimated count: "≈ 5"
+    assert b'id="dbqueue-estimates"' in response.content
     assert stats.has_index(Ticket, "default", ("queue_state",))  # the claim index
 
 

@@ -9,6 +9,7 @@ import pytest
 from django.contrib import admin
 from django.contrib.messages import get_messages
 from django.test import Client
+from django.urls import reverse
 
 from django_dbqueue.admin import pagination
 from django_dbqueue.states import QueueState
@@ -154,3 +155,5 @@ def test_counts_and_messages_have_thousands_separators(admin_client: Client) -> 
     assert "This will change exactly 1,200 tickets" in page.content.decode()
     response = confirm(admin_client, query, "dbqueue_cancel", Ticket.objects.first().pk, 1_200)
     assert "Cancelled 1,200 tickets matching the filter." in messages_of(response)
+    dashboard = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard")).content.decode()
+    assert 'data-state="cancelled">1,200</td>' in dashboard
