@@ -158,10 +158,16 @@ class RowAdminMixin:
         ]
 
     def render_change_form(
-        self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
     ) -> Any:
-        context["dbqueue_row_buttons"] = self.dbqueue_row_buttons(request, kwargs.get("obj"))
-        return super().render_change_form(request, context, *args, **kwargs)
+        context["dbqueue_row_buttons"] = self.dbqueue_row_buttons(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def dbqueue_row_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
         if request.method != "POST":
@@ -186,13 +192,11 @@ class RowAdminMixin:
         if changed:
             self.message_user(request, done % {"item": obj}, messages.SUCCESS)
         else:
+            state = qs.values_list("queue_state", flat=True).first()
+            label = QueueState(state).label.lower() if state in QueueState.values else _("gone")
             self.message_user(
                 request,
-                _("%(item)s was not changed: it is %(state)s now.")
-                % {
-                    "item": obj,
-                    "state": QueueState(qs.values_list("queue_state", flat=True).first()).label.lower(),
-                },
+                _("%(item)s was not changed: it is %(state)s now.") % {"item": obj, "state": label},
                 messages.WARNING,
             )
         return HttpResponseRedirect(
