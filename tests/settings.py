@@ -8,11 +8,14 @@ DATABASE_URL=sqlite:///tests/dbqueue.sqlite3
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import dj_database_url
 
 BASE_DIR = Path(__file__).resolve().parent
+# The example shop's app, so tests can drive its admin as shipped (tests/test_admin_example.py).
+sys.path.insert(0, str(BASE_DIR.parent / "example_project"))
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -44,6 +47,7 @@ INSTALLED_APPS = [
     "django_dbqueue",
     "tests.testapp",
     "tests.sparkapp",
+    "shop",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -18,8 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import deprecation, timezone
 
-from django_dbqueue import pagination, stats
-from django_dbqueue.admin import describe_queue_state, error_summary
+from django_dbqueue.admin import describe_queue_state, error_summary, pagination, stats
 from django_dbqueue.history import AttemptOutcome
 from django_dbqueue.models import QueueAttempt
 from django_dbqueue.states import QueueState
@@ -79,6 +78,11 @@ ROWS: dict[str, tuple[int, str, dict[str, Any]]] = {
 
 @pytest.fixture
 def rows() -> dict[str, int]:
+    return make_rows()
+
+
+def make_rows() -> dict[str, int]:
+    """One ticket per row of ROWS; their pks by name."""
     pks = {}
     for name, (customer, state, queue) in ROWS.items():
         ticket = Ticket.objects.create(subject=f"ticket {name}", customer=customer)
@@ -293,7 +297,11 @@ def test_action_results_are_what_the_queue_api_promises(admin_client: Client, ro
 def test_reschedule_form_needs_exactly_one_target(admin_client: Client, rows: dict[str, int]) -> None:
     before = snapshot()
     response = post_action(admin_client, "dbqueue_reschedule", [rows["ready"]], dbqueue_apply="1")
-    assert response.status_code == 200 and b"either a date and time or a delay" in response.content
+    assert response.status_code == 200 and b"Give a date and time, or a delay." in response.content
+    assert b"not both" not in response.content
+    both = {"delay": "2", "unit": "hours", "run_at": "2031-05-04T03:02"}
+    response = post_action(admin_client, "dbqueue_reschedule", [rows["ready"]], dbqueue_apply="1", **both)
+    assert response.status_code == 200 and b"either a date and time or a delay, not both" in response.content
     assert snapshot() == before
 
 
@@ -325,19 +333,23 @@ def test_each_action_is_one_statement(
     assert statements[0].lstrip().upper().startswith(verb)
 
 
+def select_all(client: Client, query: str, action: str, pk: int, **form: str) -> tuple[Any, Any]:
+    """ "Select all" as a person does it: the confirmation page, then confirm the number it
+    shows. Returns both responses."""
+    data = {"action": action, "_selected_action": [str(pk)], "select_across": "1", "index": "0"}
+    page = client.post(URL + query, data)
+    assert page.status_code == 200 and b"dbqueue-action-form" in page.content
+    expected = page.context["expected"]
+    data = {**data, "dbqueue_apply": "1", "dbqueue_expected": str(expected), **form}
+    del data["index"]
+    return page, client.post(URL + query, data, follow=True)
+
+
 def test_select_all_respects_the_filter(admin_client: Client, rows: dict[str, int]) -> None:
     before = snapshot()
     with CaptureQueriesContext(connection) as queries:
-        response = admin_client.post(
-            URL + "?customer=2",
-            {
-                "action": "dbqueue_retry_now",
-                "_selected_action": [str(rows["scheduled"])],
-                "select_across": "1",
-                "index": "0",
-            },
-            follow=True,
-        )
+        page, response = select_all(admin_client, "?customer=2", "dbqueue_retry_now", rows["scheduled"])
+    assert "exactly 1 ticket" in page.context["summary"]
     writes = [q["sql"] for q in queries.captured_queries if q["sql"].upper().startswith("UPDATE")]
     assert len([w for w in writes if "testapp_ticket" in w]) == 1, writes
     after = snapshot()
@@ -350,16 +362,8 @@ def test_select_all_with_a_date_range_reprioritises_only_that_range(
     admin_client: Client, rows: dict[str, int]
 ) -> None:
     query = "?" + "&".join(f"{k}={v}" for k, v in date_range("queue_finished_at", gte=at(days=-3)).items())
-    admin_client.post(
-        URL + query,
-        {
-            "action": "dbqueue_reprioritize",
-            "_selected_action": [str(rows["failed"])],
-            "select_across": "1",
-            "dbqueue_apply": "1",
-            "priority": "-3",
-        },
-    )
+    page, _response = select_all(admin_client, query, "dbqueue_reprioritize", rows["failed"], priority="-3")
+    assert page.context["expected"] == 3
     changed = set(Ticket.objects.filter(queue_priority=-3).values_list("pk", flat=True))
     assert names(rows, changed) == {"succeeded", "failed", "cancelled"}
 
@@ -553,6 +557,10 @@ def test_dashboard_stays_bounded_on_big_tables(
         assert stats.queue_stats(Ticket)["succeeded_last_hour"] is None
         response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
     assert b"add an index on (queue_state, queue_finished_at)" in response.content
+    monkeypatch.setattr(stats, "EXACT_LIMIT", 2)
+    response = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"))
+    assert b'data-state="ready">\xe2\x89\x88 ' in response.content  # the estimated count: "≈ 5"
+    assert b'id="dbqueue-estimates"' in response.content
     assert stats.has_index(Ticket, "default", ("queue_state",))  # the claim index
 
 

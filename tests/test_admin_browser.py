@@ -1,7 +1,8 @@
 """A real browser (headless Chromium) moderates the queue through the admin.
 
 Screenshots go to ``$DBQUEUE_SCREENSHOTS`` (default: pytest's tmp dir) as
-``admin-filtered.png``, ``admin-reprioritise.png`` and ``admin-done.png``.
+``admin-filtered.png``, ``admin-reprioritise.png``, ``admin-done.png``, and for issue 26
+``admin-select-all-confirm.png``, ``admin-whole-day.png`` and ``admin-huge-delay.png``.
 """
 
 from __future__ import annotations
@@ -146,3 +147,115 @@ def test_operator_filters_by_customer_and_date_and_reprioritises(
     assert not Ticket.objects.filter(pk__in=others, queue_priority=42).exists()
     assert Ticket.objects.get(pk=running.pk).queue_priority == 0
     assert (shots / "admin-done.png").stat().st_size > 10_000
+
+
+# -- issue 26: what "select all" touches, whole-day filters, dates a database cannot hold ------
+
+
+def login(browser: Any, live_server: Any, path: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    User.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
+    browser.get(f"{live_server.url}/admin/login/?next={path}")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+
+
+def fill_tickets(n: int, day: Any) -> int:
+    """``n`` tickets: a third READY of customer 3345 (enqueued on ``day``, at its start, noon
+    and end), the others succeeded, of other days. Returns how many are READY."""
+    rows = []
+    for i in range(n):
+        if i % 3 == 0:
+            moment = day + timedelta(hours=(0, 12, 23)[i % 9 // 3], minutes=59 if i % 9 == 6 else 0)
+            rows.append({"subject": f"Order {i}", "customer": 3345, "queue_enqueued_at": moment})
+        else:
+            rows.append(
+                {"subject": f"Order {i}", "customer": 7, "queue_enqueued_at": day - timedelta(days=2)}
+            )
+    Ticket.queue_queryset().bulk_enqueue(rows, batch_size=5000)
+    Ticket.objects.filter(customer=7).update(queue_state=QueueState.SUCCEEDED)
+    return Ticket.objects.filter(queue_state=QueueState.READY).count()
+
+
+@pytest.mark.parametrize(
+    "n",
+    [
+        90,
+        pytest.param(
+            300_000,
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(
+                    "os.environ.get('DATABASE_URL', 'sqlite').startswith('sqlite')",
+                    reason="300,000 rows: MariaDB/PostgreSQL",
+                ),
+                pytest.mark.skipif(
+                    "not os.environ.get('DBQUEUE_BIG_BROWSER')",
+                    reason="300,000 rows, not in the default run: DBQUEUE_BIG_BROWSER=1 pytest -m slow",
+                ),
+            ],
+        ),
+    ],
+)
+def test_select_all_shows_the_exact_count_that_the_action_changes(
+    live_server: Any, browser: Any, shots: Path, monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from django_dbqueue.admin.pagination import EstimatedCountPaginator
+
+    def wait(condition: Any) -> Any:
+        return WebDriverWait(browser, 60).until(condition)
+
+    if n < 10_000:  # a small table: make its list an estimated one, as a big table's is
+        monkeypatch.setattr(EstimatedCountPaginator, "exact_limit", 10)
+    day = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
+    ready = fill_tickets(n, day)
+    login(browser, live_server, "/admin/testapp/ticket/?queue_state__exact=ready")
+    wait(ec.title_contains("Select ticket to change"))
+    count = browser.find_element(By.ID, "dbqueue-count").text
+    assert count.startswith(("About", "More than")) and "not counted exactly" in count
+
+    browser.find_element(By.ID, "action-toggle").click()
+    question = wait(ec.visibility_of_element_located((By.CSS_SELECTOR, ".actions .question a")))
+    assert question.text.startswith("Select all matching tickets (")
+    question.click()
+    Select(browser.find_element(By.NAME, "action")).select_by_value("dbqueue_reprioritize")
+    browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+    summary = wait(ec.presence_of_element_located((By.ID, "dbqueue-action-count"))).text
+    assert f"This will change exactly {ready:,} tickets" in summary, summary
+    browser.find_element(By.NAME, "priority").send_keys("7")
+    browser.save_screenshot(str(shots / "admin-select-all-confirm.png"))
+    browser.find_element(By.NAME, "dbqueue_submit").click()
+    message = wait(ec.presence_of_element_located((By.CSS_SELECTOR, "ul.messagelist li"))).text
+    assert f"Set priority 7 on {ready:,} tickets matching the filter." in message
+    assert Ticket.objects.filter(queue_priority=7).count() == ready
+
+    # a date without a time: the whole day
+    date = day.strftime("%Y-%m-%d")
+    for name in ("queue_enqueued_at__range__gte_0", "queue_enqueued_at__range__lte_0"):
+        browser.find_element(By.NAME, name).send_keys(date)
+    form = browser.find_element(By.NAME, "queue_enqueued_at__range__gte_0").find_element(
+        By.XPATH, "ancestor::div[contains(@class, 'admindatefilter')]"
+    )
+    form.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait(ec.url_contains("queue_enqueued_at__range__lte_0"))
+    assert not browser.find_elements(By.ID, "dbqueue-filter-errors")
+    shown = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+    assert len(shown) == min(ready, 100)
+    browser.save_screenshot(str(shots / "admin-whole-day.png"))
+
+    # a huge delay: a form error, not a server error
+    browser.find_element(By.CSS_SELECTOR, "#result_list tbody tr input.action-select").click()
+    Select(browser.find_element(By.NAME, "action")).select_by_value("dbqueue_reschedule")
+    browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
+    wait(ec.presence_of_element_located((By.NAME, "delay"))).send_keys("3000000")
+    Select(browser.find_element(By.NAME, "unit")).select_by_value("days")
+    browser.find_element(By.NAME, "dbqueue_submit").click()
+    error = wait(ec.presence_of_element_located((By.CSS_SELECTOR, ".errorlist"))).text
+    assert "That delay is too long" in error
+    browser.save_screenshot(str(shots / "admin-huge-delay.png"))

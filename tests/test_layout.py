@@ -22,8 +22,7 @@ LAYERS = [
     {"outcomes", "rescue"},
     {"query"},
     {"models"},
-    {"stats", "pagination"},  # the admin's, until it is a package
-    {"worker", "admin", "spark", "tasks", "checks", "settings_checks", "signal_handlers"},
+    {"worker", "admin", "spark", "tasks", "checks", "settings_checks", "signal_handlers", "templatetags"},
     {"management"},
     {"apps"},
 ]

@@ -23,7 +23,7 @@ SQL_CALLABLES = {"RawSQL"}
 #: Call sites reviewed by hand, by (file, function): why the text they build is not data.
 REVIEWED = {
     (
-        "django_dbqueue/pagination.py",
+        "django_dbqueue/admin/pagination.py",
         "plan_row_estimate",
     ): "EXPLAIN + the SQL Django compiled; its params go separately",
     ("django_dbqueue/spark/read.py", "read_history"): (

@@ -80,6 +80,10 @@ class QueueBackend:
         """The planner's estimate of a table's row count (cheap), or None if unknown."""
         return None
 
+    def plan_row_estimate(self, qs: Any) -> int | None:
+        """The planner's estimate of the rows a single-table QuerySet returns, or None."""
+        return None
+
     def describe(self) -> str:
         return f"{self.vendor} ({self.alias})"
 

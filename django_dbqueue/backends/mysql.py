@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .base import QueueBackend, run_quietly
 
 #: ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK.
@@ -58,3 +60,24 @@ class MySQLBackend(QueueBackend):
             return None if row is None or row[0] is None else int(row[0])
 
         return run_quietly("row estimate", estimate)
+
+    def plan_row_estimate(self, qs: Any) -> int | None:
+        def estimate() -> int | None:
+            # Django's QuerySet.explain() formats MySQL's plan as text; the row counts are
+            # read from the plain EXPLAIN's columns.
+            sql, params = qs.query.sql_with_params()
+            with self.connection.cursor() as cursor:
+                cursor.execute("EXPLAIN " + sql, params)
+                names = [column[0].lower() for column in cursor.description]
+                first = cursor.fetchone()
+            if first is None:
+                return None
+            rows = float(first[names.index("rows")] or 0)
+            if "filtered" in names and first[names.index("filtered")] is not None:
+                rows *= float(first[names.index("filtered")]) / 100
+            return int(rows)
+
+        try:
+            return run_quietly("plan estimate", estimate)
+        except (ValueError, IndexError, TypeError):
+            return None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterable
 from functools import partial
+from typing import Any
 
 from django.db import connections, transaction
 
@@ -86,8 +88,22 @@ class PostgreSQLBackend(QueueBackend):
     def table_row_estimate(self, table: str) -> int | None:
         def estimate() -> int | None:
             with self.connection.cursor() as cursor:
-                cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)", [table])
+                # -1 when the table was never analysed (PostgreSQL 14+): no estimate then.
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
+                    [self.connection.ops.quote_name(table)],
+                )
                 row = cursor.fetchone()
             return None if row is None or row[0] is None or row[0] < 0 else int(row[0])
 
         return run_quietly("row estimate", estimate)
+
+    def plan_row_estimate(self, qs: Any) -> int | None:
+        def estimate() -> int | None:
+            plan = json.loads(qs.explain(format="json"))
+            return int(plan[0]["Plan"]["Plan Rows"])
+
+        try:
+            return run_quietly("plan estimate", estimate)
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None

@@ -1,10 +1,28 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from django_dbqueue.admin import QueueAdminMixin
 
 from .models import Customer, CustomerSync, Invoice, Order
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """The shop's statuses, named here: Django's filter for a plain text field lists the
+    values it finds with ``SELECT DISTINCT status FROM shop_order``, a scan of every order."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("new", "new"), ("fulfilled", "fulfilled")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(status=self.value()) if self.value() else queryset
 
 
 @admin.register(Order)
@@ -13,8 +31,10 @@ class OrderAdmin(QueueAdminMixin, admin.ModelAdmin):
     # (state, priority, run at, attempts, last error; state/error/date/number range filters;
     # retry, reprioritise, reschedule, cancel, enqueue again, delete; dashboard; take items).
     list_display = ["id", "customer", "total", "status"]
-    list_filter = ["status", "customer__country"]
+    list_filter = [StatusFilter, "customer__country"]
     search_fields = ["customer__name"]
+    # The page query stays on shop_order all the same: QueueAdminMixin fetches the customers
+    # of the page's orders in one more query instead of joining them into the page query.
     list_select_related = ["customer"]
 
 

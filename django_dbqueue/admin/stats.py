@@ -17,11 +17,11 @@ from django.db import connections, router
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from .backends import DbNow, db_now_plus
-from .history import AttemptOutcome, history_enabled
-from .models import QueueAttempt, WorkerProcess
+from ..backends import DbNow, db_now_plus
+from ..history import AttemptOutcome, history_enabled
+from ..models import QueueAttempt, WorkerProcess
+from ..states import QueueState
 from .pagination import plan_row_estimate, table_row_estimate
-from .states import QueueState
 
 #: Counts above this are estimates.
 EXACT_LIMIT = 100_000
@@ -30,8 +30,9 @@ SCAN_LIMIT = 200_000
 FINISHED_INDEX = ("queue_state", "queue_finished_at")
 
 
-def queue_stats(model: Any, using: str | None = None, exact_limit: int = EXACT_LIMIT) -> dict[str, Any]:
+def queue_stats(model: Any, using: str | None = None, exact_limit: int | None = None) -> dict[str, Any]:
     using = using or router.db_for_read(model)
+    exact_limit = EXACT_LIMIT if exact_limit is None else exact_limit
     qs = model.queue_queryset(using).order_by()
     size = table_row_estimate(model, using)
     exact = {state: qs.filter(queue_state=state)[: exact_limit + 1].count() for state in QueueState.values}

@@ -7,15 +7,19 @@ queue safely: a row is held by one of them at a time, and a claim a person forge
 by itself when its lease runs out (the workers' rescue).
 
 A later request acts on a row through its pk and claim token (carried by the "my items"
-form): :meth:`~django_dbqueue.query.QueueQuerySetMixin.adopt` loads the row only while that
-claim still holds, so an outcome after the lease ran out is refused, never written.
+form): ``adopt()`` loads the row only while that claim still holds, so an outcome after the
+lease ran out is refused, never written.
+
+Every write of queue columns this module makes goes through the functions under "Writes"
+below — the one place to repoint to the outcomes module.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db import router
@@ -25,38 +29,64 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from . import claims, outcomes
-from .exceptions import Discard, LeaseLost
-from .query import QueueQuerySet
-from .states import QueueState
+from .. import claims, outcomes
+from ..exceptions import Discard, LeaseLost
+from ..query import QueueQuerySet
+from ..states import QueueState
+from .display import number, when
+from .forms import OutcomeForm, TakeForm, form_errors_text
 
 
 class MarkedFailed(Discard):
     """A person marked the item failed: it ends FAILED with their note, no retry."""
 
 
-class TakeForm(forms.Form):
-    n = forms.IntegerField(min_value=1)
+# -- Writes: every queue-column write of the people views ------------------------------------
 
 
-class OutcomeForm(forms.Form):
-    OUTCOMES = (
-        ("done", _("Done")),
-        ("failed", _("Failed")),
-        ("defer", _("Defer")),
-        ("release", _("Hand back")),
-    )
-    pk = forms.CharField()
-    token = forms.IntegerField()
-    outcome = forms.ChoiceField(choices=OUTCOMES)
-    note = forms.CharField(required=False, max_length=2000)
-    defer_until = forms.DateTimeField(required=False)
+def take(qs: QueueQuerySet, n: int, me: str, lease: float) -> list[Any]:
+    """Claim the next ``n`` ready rows of ``qs`` for ``me`` (the workers' claim)."""
+    return qs.claim(n, worker_id=me, lease=lease)
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        if data.get("outcome") == "defer" and not data.get("defer_until"):
-            raise forms.ValidationError(_("Deferring needs a date."))
-        return data
+
+def hold(qs: QueueQuerySet, pk: Any, token: int, me: str) -> Any:
+    """The row ``pk`` with the claim ``token``, if ``me`` still holds it; else None."""
+    return claims.adopt(qs.model, qs.db, pk, token, worker_id=me, holder=me)
+
+
+def finish(row: Any, outcome: str, note: str, me: str) -> None:
+    """Record ``outcome`` ("done", "failed", "release") on a held row; LeaseLost if gone."""
+    if outcome == "done":
+        row.mark_succeeded()
+    elif outcome == "failed":
+        row.mark_failed(MarkedFailed(f"{note or 'marked failed'} ({me})"))
+    else:
+        row.release()
+
+
+def defer(row: Any, until: datetime) -> bool:
+    """Give a held row back due at ``until``, this attempt not counted: one UPDATE fenced by
+    its claim's token, so a row whose claim is gone is left alone."""
+    return outcomes.defer(type(row), row.pk, row.queue_claim(), until)
+
+
+def hand_back_all(qs: QueueQuerySet, held: list[tuple[Any, int]], me: str) -> int:
+    """Give back every (pk, token) ``me`` holds, unprocessed: one fenced UPDATE per claim
+    (the rows of one "take" share its token), the attempts not counted."""
+    by_token: dict[int, list[Any]] = defaultdict(list)
+    for pk, token in held:
+        by_token[token].append(pk)
+    released = 0
+    for token, pks in by_token.items():
+        for pk in pks:  # any row still held by the claim carries it
+            row = hold(qs, pk, token, me)
+            if row is not None:
+                released += outcomes.release(qs.model, pks, row.queue_claim())
+                break
+    return released
+
+
+# -- Views ------------------------------------------------------------------------------------
 
 
 class PeopleAdminMixin:
@@ -108,18 +138,22 @@ class PeopleAdminMixin:
         n = min(form.cleaned_data["n"], self.dbqueue_take_max)
         # The changelist's filters (in the query string) narrow what is taken.
         changelist = self.get_changelist_instance(request)
+        errors = self.dbqueue_filter_errors(request)
+        if errors:
+            self.message_user(request, " ".join([*errors, str(_("Nothing was taken."))]), messages.ERROR)
+            return HttpResponseRedirect(self._dbqueue_url("mine"))
         qs = self.dbqueue_queryset(changelist.get_queryset(request)).using(router.db_for_write(self.model))
         if qs.query.distinct:
             qs = self.dbqueue_write_queryset().filter(pk__in=qs.values("pk"))
-        rows = qs.claim(n, worker_id=self.dbqueue_worker_id(request), lease=self.dbqueue_take_lease)
+        rows = take(qs, n, self.dbqueue_worker_id(request), self.dbqueue_take_lease)
         if rows:
             self.message_user(
                 request,
-                _("You took %(n)d %(names)s; they are yours for %(minutes)d minutes.")
+                _("You took %(n)s %(names)s; they are yours for %(minutes)s minutes.")
                 % {
-                    "n": len(rows),
+                    "n": number(len(rows)),
                     "names": self.opts.verbose_name_plural,
-                    "minutes": self.dbqueue_take_lease // 60,
+                    "minutes": number(int(self.dbqueue_take_lease // 60)),
                 },
                 messages.SUCCESS,
             )
@@ -131,48 +165,61 @@ class PeopleAdminMixin:
         if not self.has_dbqueue_take_permission(request):
             raise PermissionDenied
         if request.method == "POST":
+            if request.POST.get("outcome") == "release_all":
+                self.dbqueue_hand_back_all(request)
+                return HttpResponseRedirect(request.path)
             form = OutcomeForm(request.POST)
             if form.is_valid():
                 self.dbqueue_record_outcome(request, form.cleaned_data)
             else:
-                self.message_user(request, _("Not recorded: %s") % form.errors.as_text(), messages.ERROR)
+                self.message_user(request, _("Not recorded. %s") % form_errors_text(form), messages.ERROR)
             return HttpResponseRedirect(request.path)
         items = list(self.dbqueue_my_items(request).order_by("queue_locked_until", "pk"))
         for item in items:
             item.dbqueue_change_url = reverse(
                 f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_change", args=[item.pk]
             )
+            item.dbqueue_until = when(item.queue_locked_until)
         context = {
             **self.admin_site.each_context(request),
             "title": _("My %(names)s") % {"names": self.opts.verbose_name_plural},
             "opts": self.opts,
             "items": items,
+            "count": number(len(items)),
             "take_url": self._dbqueue_url("take"),
             "take_default": self.dbqueue_take_default,
             "take_max": self.dbqueue_take_max,
-            "outcomes": OutcomeForm.OUTCOMES,
+            "outcomes": [(value, label) for value, (label, _done) in OutcomeForm.OUTCOMES.items()],
         }
         return TemplateResponse(request, self.dbqueue_mine_template, context)
+
+    def dbqueue_hand_back_all(self, request: HttpRequest) -> int:
+        me = self.dbqueue_worker_id(request)
+        held = list(self.dbqueue_my_items(request).values_list("pk", "queue_token"))
+        released = hand_back_all(self.dbqueue_write_queryset(), held, me)
+        self.message_user(
+            request,
+            _("Handed back %(n)s %(names)s to the queue.")
+            % {"n": number(released), "names": self.opts.verbose_name_plural},
+            messages.SUCCESS if released else messages.WARNING,
+        )
+        return released
 
     def dbqueue_record_outcome(self, request: HttpRequest, data: dict[str, Any]) -> bool:
         """Record a person's outcome on an item they hold; False (and a message) if the
         claim is gone (lease ran out, or the row is not theirs)."""
         me = self.dbqueue_worker_id(request)
         qs = self.dbqueue_write_queryset()
-        row = claims.adopt(self.model, qs.db, data["pk"], data["token"], worker_id=me, holder=me)
+        row = hold(qs, data["pk"], data["token"], me)
         outcome = data["outcome"]
         try:
             if row is None:
                 raise LeaseLost
-            if outcome == "done":
-                row.mark_succeeded()
-            elif outcome == "failed":
-                note = data.get("note") or "marked failed"
-                row.mark_failed(MarkedFailed(f"{note} ({me})"))
-            elif outcome == "release":
-                row.release()
-            elif not outcomes.defer(self.model, row.pk, row.queue_claim(), data["defer_until"]):
-                raise LeaseLost
+            if outcome == "defer":
+                if not defer(row, data["defer_until"]):
+                    raise LeaseLost
+            else:
+                finish(row, outcome, data.get("note") or "", me)
         except LeaseLost:
             self.message_user(
                 request,
@@ -181,8 +228,6 @@ class PeopleAdminMixin:
                 messages.ERROR,
             )
             return False
-        self.message_user(
-            request,
-            _("%(item)s: %(outcome)s.") % {"item": row, "outcome": dict(OutcomeForm.OUTCOMES)[outcome]},
-        )
+        done = OutcomeForm.OUTCOMES[outcome][1]
+        self.message_user(request, done % {"item": row, "until": when(data.get("defer_until"))})
         return True

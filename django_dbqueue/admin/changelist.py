@@ -1,0 +1,61 @@
+"""The queue's changelist: the page query stays on the queue table.
+
+Django's changelist joins the related tables of ``list_select_related`` (or of a ForeignKey
+in ``list_display``) into the page query. On a big queue table that join changes the plan:
+measured on the example shop at 300,000 orders, the unfiltered list took 838 ms with the
+``customer`` join and 2 ms without it (the database no longer walks the primary key and stops
+after one page). ``QueueChangeList`` keeps the page query on the queue table whatever
+``list_select_related`` says, and fetches the related rows of the page's rows only, with one
+``WHERE pk IN (…)`` per relation (``prefetch_related``) — the same objects on the page, no
+query per row. Counting and bulk actions never join either.
+"""
+
+from __future__ import annotations
+
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import FieldDoesNotExist
+from django.db import models
+
+from .filters import filter_errors
+
+
+def related_to_fetch(changelist: ChangeList) -> list[str]:
+    """The relations Django would have joined into the page query (``select_related``)."""
+    opts = changelist.lookup_opts
+    wanted = changelist.list_select_related
+    if wanted is True or (wanted is False and _foreign_key_in_list_display(changelist)):
+        names = []
+        for name in changelist.list_display if wanted is False else [f.name for f in opts.fields]:
+            try:
+                field = opts.get_field(name) if isinstance(name, str) else None
+            except FieldDoesNotExist:
+                continue
+            # select_related() with no names follows the non-null foreign keys; a ForeignKey
+            # named in list_display (not its ``_id`` column) needs its row.
+            if field is not None and field.many_to_one and (wanted is False or not field.null):
+                if name != field.attname and field.name not in names:
+                    names.append(field.name)
+        return names
+    return list(wanted or ())
+
+
+def _foreign_key_in_list_display(changelist: ChangeList) -> bool:
+    # What Django asks before it joins (its own helper for this was renamed in 6.1).
+    for name in changelist.list_display:
+        try:
+            field = changelist.lookup_opts.get_field(name) if isinstance(name, str) else None
+        except FieldDoesNotExist:
+            continue
+        if field is not None and field.many_to_one and name != field.attname:
+            return True
+    return False
+
+
+class QueueChangeList(ChangeList):
+    def apply_select_related(self, qs: models.QuerySet) -> models.QuerySet:
+        related = related_to_fetch(self)
+        return qs.prefetch_related(*related) if related else qs
+
+    @property
+    def dbqueue_filter_errors(self) -> list[str]:
+        return filter_errors(self)
