@@ -5,10 +5,9 @@ over the selection, or over the whole filtered set with "select all"; none touch
 row: it belongs to its worker until the outcome.
 
 "Select all" never acts on a number nobody saw: every action on all matching rows first shows
-a confirmation page with the exact number of rows its statement will change (a ``COUNT`` with
-the statement's own conditions), and then runs the statement in a transaction that is rolled
-back — nothing changed — if the number it changed differs from the number shown by more than
-``dbqueue_select_all_tolerance`` (the set moved meanwhile); the page then shows the new number.
+the exact number of rows its statement will change (a ``COUNT`` with the statement's own
+conditions), then runs it in a transaction rolled back if the number changed differs from the
+number shown by more than ``dbqueue_select_all_tolerance``; the page then shows the new one.
 """
 
 from __future__ import annotations
