@@ -162,12 +162,9 @@ def test_a_handler_kind_with_a_trailing_newline_is_refused() -> None:
 
 
 def test_spark_model_labels_refuse_a_trailing_newline() -> None:
-    # The history reader builds an IN list from these labels; its entry point needs Spark,
-    # so the pattern is tested here (the module moves into a spark/ package in the core's rebuild).
-    try:
-        from django_dbqueue.spark.read import _LABEL
-    except ImportError:
-        from django_dbqueue.spark import _LABEL
+    # The history reader checks model labels with it; its entry point needs Spark, so the
+    # pattern is tested here.
+    from django_dbqueue.spark.read import _LABEL
 
     assert _LABEL.match("testapp.Job") and not _LABEL.match("testapp.Job\n")
 
