@@ -319,3 +319,29 @@ def test_the_mysql_connector_backend_creates_and_runs_rows(start_worker) -> None
     assert worker.wait(timeout=120) == 0, worker.output
     for model in (Job, AtomicJob, Ticket):
         assert states(model) == {QueueState.SUCCEEDED: 1}, (model, worker.output)
+
+
+def test_runqueue_warns_when_its_fleet_would_take_most_free_sessions(start_worker) -> None:
+    """issue #21, item 9: 2 sessions per worker process (3 with LISTEN), and a warning."""
+    from django_dbqueue.worker.sessions import room_warning, sessions_needed
+
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has no session limit")
+    room = connection_room()
+    assert room is not None
+    _, limit = room
+    assert room_warning(1, "default", burst=True) is None
+    crowd = limit // 2 + 1  # two sessions each: more than the server has
+    assert sessions_needed(crowd, "default", burst=True) == 2 * crowd + 1
+    assert f"--concurrency {crowd}" in (room_warning(crowd, "default", burst=True) or "")
+    worker = start_worker("testapp.Job", "--concurrency", str(crowd), "--burst", "--no-progress")
+    time.sleep(1)  # the warning comes before any worker starts
+    worker.kill_all()
+    out, _ = worker.proc.communicate(timeout=30)
+    assert "Warning: runqueue --concurrency" in out and "max_connections" in out
+
+
+def connection_room():  # type: ignore[no-untyped-def]
+    from django_dbqueue.backends import backend_for
+
+    return backend_for("default").session_room()

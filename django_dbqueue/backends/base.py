@@ -84,6 +84,10 @@ class QueueBackend:
         """The planner's estimate of the rows a single-table QuerySet returns, or None."""
         return None
 
+    def session_room(self) -> tuple[int, int] | None:
+        """(sessions open now, the server's limit), or None where there is no such limit."""
+        return None
+
     def describe(self) -> str:
         return f"{self.vendor} ({self.alias})"
 

@@ -48,6 +48,17 @@ class MySQLBackend(QueueBackend):
                 )
             return bool(cursor.fetchone()[0])
 
+    def session_room(self) -> tuple[int, int] | None:
+        def room() -> tuple[int, int]:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT @@max_connections")
+                limit = int(cursor.fetchone()[0])
+                cursor.execute("SHOW STATUS LIKE 'Threads_connected'")
+                used = int(cursor.fetchone()[1])
+            return used, limit
+
+        return run_quietly("session count", room)
+
     def table_row_estimate(self, table: str) -> int | None:
         def estimate() -> int | None:
             with self.connection.cursor() as cursor:

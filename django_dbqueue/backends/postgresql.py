@@ -45,6 +45,17 @@ class PostgreSQLBackend(QueueBackend):
         status = info.transaction_status if info is not None else raw.get_transaction_status()
         return int(status) != 0  # IDLE
 
+    def session_room(self) -> tuple[int, int] | None:
+        def room() -> tuple[int, int]:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT current_setting('max_connections')::int, (SELECT count(*) FROM pg_stat_activity)"
+                )
+                limit, used = cursor.fetchone()
+            return int(used), int(limit)
+
+        return run_quietly("session count", room)
+
     def notify(self, tables: Iterable[str]) -> None:
         connection = self.connection
         wanted = set(tables)

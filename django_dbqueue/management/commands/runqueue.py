@@ -9,7 +9,7 @@ from typing import Any
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import InterfaceError, OperationalError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, connections, router
 
 from django_dbqueue.conf import Settings, settings
 from django_dbqueue.management.arguments import (
@@ -23,6 +23,7 @@ from django_dbqueue.management.arguments import (
 from django_dbqueue.models import QueueMixin, queue_models
 from django_dbqueue.settings_checks import failed_setting_checks
 from django_dbqueue.worker import Worker
+from django_dbqueue.worker.sessions import room_warning
 from django_dbqueue.worker.supervisor import Supervisor
 from django_dbqueue.worker.tables import has_queue_column
 
@@ -171,6 +172,11 @@ class Command(BaseCommand):
                     raise CommandError("inside a transaction (e.g. a TestCase) runqueue runs one worker.")
                 totals = Worker(**worker_options, handle_signals=False).run()
             else:
+                self._warn_about_sessions(
+                    options["concurrency"],
+                    database or router.db_for_write(models[0]) or DEFAULT_DB_ALIAS,
+                    options["burst"],
+                )
                 totals = Supervisor(
                     concurrency=options["concurrency"],
                     worker_options=worker_options,
@@ -185,6 +191,16 @@ class Command(BaseCommand):
                 f"{totals.released} given back, {totals.lost} late outcomes rejected, "
                 f"{totals.rescued} rescued"
             )
+
+    def _warn_about_sessions(self, concurrency: int, using: str, burst: bool) -> None:
+        try:
+            warning = room_warning(concurrency, using, burst)
+        except DatabaseError:
+            return  # the database is not up yet: the supervisor waits for it
+        finally:
+            connections.close_all()  # before the supervisor forks its workers
+        if warning:
+            self.stderr.write(self.style.WARNING(f"Warning: {warning}"))
 
     @staticmethod
     def _configure_logging(verbosity: int) -> None:
