@@ -175,6 +175,13 @@ class InProcessWorkerInATestCase(TestCase):
         # The test's transaction is still usable after the worker finished.
         assert Ledger.objects.count() == 2
 
+    def test_run_queue_until_empty_is_the_helper_for_it(self) -> None:
+        from django_dbqueue.testing import run_queue_until_empty
+
+        Job.objects.create(name="h")
+        AtomicJob.objects.create(name="h")
+        assert run_queue_until_empty(Job, AtomicJob).succeeded == 2
+
     def test_runqueue_burst_runs_in_process_and_exits(self) -> None:
         Job.objects.create(name="c")
         call_command("runqueue", "testapp.Job", "--burst", verbosity=0)

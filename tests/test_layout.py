@@ -22,7 +22,17 @@ LAYERS = [
     {"outcomes", "rescue"},
     {"query"},
     {"models"},
-    {"worker", "admin", "spark", "tasks", "checks", "settings_checks", "signal_handlers", "templatetags"},
+    {
+        "worker",
+        "admin",
+        "spark",
+        "tasks",
+        "checks",
+        "settings_checks",
+        "signal_handlers",
+        "templatetags",
+        "testing",
+    },
     {"management"},
     {"apps"},
 ]
