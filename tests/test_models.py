@@ -123,3 +123,24 @@ def test_check_catches_a_numeric_setting_that_is_not_a_positive_number(settings,
 
 def test_default_settings_pass_the_settings_check() -> None:
     assert check_settings() == []
+
+
+def test_check_without_the_app_installed_reports_it_instead_of_crashing() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "DATABASE_URL": "sqlite:///:memory:"}
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "check", "--settings", "tests.settings_without_app"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "django_dbqueue.E000" in done.stderr and "INSTALLED_APPS" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr

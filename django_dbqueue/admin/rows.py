@@ -19,8 +19,8 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from ..history import history_enabled
-from ..models import QUEUE_FIELDS, QueueAttempt
+from ..history import attempt_model, history_enabled
+from ..models import QUEUE_FIELDS
 from ..states import QueueState
 from .display import error_summary, traceback_html, when
 from .forms import RescheduleForm
@@ -101,7 +101,8 @@ class RowAdminMixin:
         if obj is None or obj.pk is None or not self.dbqueue_history_rows or not history_enabled(self.model):
             return "-"
         attempts = list(
-            QueueAttempt.objects.using(obj._state.db)
+            attempt_model()
+            ._default_manager.using(obj._state.db)
             .filter(model=self.opts.label, object_id=str(obj.pk))
             .order_by("-finished_at", "-pk")[: self.dbqueue_history_rows]
         )

@@ -13,13 +13,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.apps import apps
 from django.db import connections, router
 from django.db.models import Count, Min
 from django.utils import timezone
 
 from ..backends import DbNow, db_now_plus
-from ..history import AttemptOutcome, history_enabled
-from ..models import QueueAttempt, WorkerProcess
+from ..history import AttemptOutcome, attempt_model, history_enabled
 from ..states import QueueState
 from .pagination import plan_row_estimate, table_row_estimate
 
@@ -64,7 +64,8 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int | None = 
         # The attempt history has an index on finished_at: the last hour's outcomes are read
         # without touching the queue table.
         hour = dict(
-            QueueAttempt.objects.using(using)
+            attempt_model()
+            ._default_manager.using(using)
             .filter(model=model._meta.label, finished_at__gte=hour_ago)
             .order_by()
             .values_list("outcome")
@@ -98,7 +99,10 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int | None = 
     # with the rows each holds, then lease holders the registry does not know (yet).
     alive = [
         w.worker_id
-        for w in WorkerProcess.objects.using(using).alive().order_by("worker_id")
+        for w in apps.get_model("django_dbqueue", "WorkerProcess")
+        ._default_manager.using(using)
+        .alive()
+        .order_by("worker_id")
         if model._meta.label in w.queue_models.split(",")
     ]
     stats["workers"] = [(who, held.pop(who, 0)) for who in alive]
