@@ -57,7 +57,7 @@ test-sqlite: venv
 	DATABASE_URL=$(SQLITE_URL) $(PYTEST)
 
 # The full suite above runs on the newest Django (what `.[dev]` installs into $(VENV)). Each older
-# supported series gets a smoke run on MariaDB and PostgreSQL, in a virtualenv of its own that
+# supported series gets a smoke run on MariaDB, PostgreSQL and SQLite, in a virtualenv of its own that
 # pins the series: `make test-django-52`, `make test-django-60`; `make test-django` runs them all.
 DJANGO_SERIES ?= 52 60
 DJANGO_PIN_52 := Django>=5.2,<5.3
@@ -79,6 +79,7 @@ test-django-%: venv services .venv-django%/.installed
 	@.venv-django$*/bin/python -c 'import django; print("Django", django.get_version())'
 	DATABASE_URL=$(MARIADB_URL) .venv-django$*/bin/python -m pytest -q $(SMOKE)
 	DATABASE_URL=$(POSTGRES_URL) .venv-django$*/bin/python -m pytest -q $(SMOKE)
+	DATABASE_URL=$(SQLITE_URL) .venv-django$*/bin/python -m pytest -q $(SMOKE)
 
 # The long chaos run: it starts its own MariaDB server (never the shared one) in a private
 # temporary folder of its own, and prints the results table (RELIABILITY.md). The results JSON
