@@ -430,3 +430,26 @@ def test_a_read_only_database_is_waited_out_with_a_clear_line(caplog) -> None:
         worker.stop()
         thread.join(timeout=30)
     assert "Traceback" not in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_handler_that_leaves_atomic_open_commits_nothing_and_fails(monkeypatch) -> None:
+    from tests.testapp.models import AtomicJob
+
+    monkeypatch.setitem(testapp.HANDLER_HOOKS, "leak", _enter_atomic_and_stay)
+    AtomicJob.objects.bulk_create([AtomicJob(name="ok"), AtomicJob(name="leak"), AtomicJob(name="ok")])
+    workers: list[Worker] = []
+
+    def drain() -> None:
+        worker = Worker(models=[AtomicJob], burst=True, handle_signals=False, batch_size=3)
+        workers.append(worker)
+        worker.run()
+
+    _in_a_thread(drain)
+    assert isinstance(workers[0].fatal, LeakedTransaction)
+    leaked = AtomicJob.objects.get(name="leak")
+    assert leaked.queue_state == QueueState.READY and "did not leave it" in leaked.queue_last_error
+    assert not Ledger.objects.filter(kind="AtomicJob", job_id=leaked.pk).exists()  # nothing committed
+    assert not AtomicJob.objects.filter(queue_state=QueueState.RUNNING).exists()
+    _in_a_thread(lambda: Worker(models=[AtomicJob], burst=True, handle_signals=False, max_jobs=2).run())
+    assert AtomicJob.objects.filter(name="ok", queue_state=QueueState.SUCCEEDED).count() == 2

@@ -14,6 +14,7 @@ from django.db import DatabaseError, transaction
 from django.db.transaction import TransactionManagementError
 
 from .. import claims, outcomes
+from . import leaks
 from .sizing import atomic_group
 
 if TYPE_CHECKING:
@@ -47,10 +48,18 @@ def run_atomic(batch: Batch) -> None:
         # From here the row lock keeps the rows, not the lease: renewing them would wait
         # for that lock.
         batch.worker.keeper.forget(batch.claim, [row.pk for row in chunk])
+        succeeded = batch.stats.succeeded
         if len(chunk) == 1:
             _one(batch, chunk[0])
         else:
             _group(batch, chunk)
+        leak = None if batch.worker.in_transaction else leaks.left_open(batch.claim.using)
+        if leak is not None:
+            # An atomic() the handler never left kept the job's transaction open past its
+            # end: nothing of it committed. Fail the chunk and stop (see leaks.py).
+            batch.stats.succeeded = succeeded
+            batch.leaked(chunk, leak, batch.rows[start + group :])
+            return
 
 
 def _one(batch: Batch, row: QueueMixin) -> None:

@@ -126,6 +126,21 @@ class Batch:
         self.worker.fatal = leak
         return False
 
+    def leaked(self, chunk: list[QueueMixin], leak: leaks.LeakedTransaction, rest: list[QueueMixin]) -> None:
+        """Atomic mode: a handler of ``chunk`` left the job's transaction open, so none of it
+        committed. The connection is closed (the server rolls back), the chunk fails and the
+        rest goes back on a fresh connection, and the worker stops."""
+        logger.error("%s pk=%s: %s", self.model._meta.label, ", ".join(str(row.pk) for row in chunk), leak)
+        leaks.restore(self.claim.using)
+
+        def write() -> None:
+            for row in chunk:
+                self.fail(row, leak)
+            self.release(rest)
+
+        leaks.on_a_fresh_connection(write)
+        self.worker.fatal = leak
+
     # -- outcomes ----------------------------------------------------------------------------
 
     def connection_lost(self, exc: BaseException) -> bool:
