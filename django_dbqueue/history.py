@@ -8,13 +8,14 @@ with ``manage.py purgequeue --attempts-older-than``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
-from django.db import models
+from django.db import connections, models
 
+from .backends import backend_for
 from .conf import settings
 
 if TYPE_CHECKING:
@@ -73,3 +74,54 @@ def write_attempts(model: type[QueueMixin], using: str, attempts: Iterable[dict[
     rows = [attempt(**values) for values in attempts]
     if rows:
         attempt._default_manager.using(using).bulk_create(rows, batch_size=500)
+
+
+#: The columns of an attempt row, and what ``copy_attempts`` takes each from (a queue column,
+#: or ``None`` for a parameter).
+_COPIED = (
+    ("model", None),
+    ("object_id", "pk"),
+    ("attempt", "queue_attempts"),
+    ("worker_id", "queue_locked_by"),
+    ("enqueued_at", "queue_enqueued_at"),
+    ("due_at", "queue_run_at"),
+    ("claimed_at", "queue_last_attempt_at"),
+    ("finished_at", None),
+    ("outcome", None),
+    ("error", None),
+)
+
+
+def copy_attempts(
+    model: type[QueueMixin], using: str, ids: Sequence[Any], token: int, outcome: str, finished_at: datetime
+) -> None:
+    """Append the attempt rows of the rows of ``ids`` that carry ``token``, copied by the
+    database from the queue rows in one ``INSERT … SELECT`` (no per-row Python: the history
+    of a batch of 500 successes costs one statement). Runs in the caller's transaction.
+
+    Identifiers go through ``quote_name()``; every value is a parameter."""
+    if not ids or not history_enabled(model):
+        return
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    attempt = attempt_model()
+    columns = ", ".join(quote(attempt._meta.get_field(name).column) for name, _ in _COPIED)
+    meta = model._meta
+    source = {
+        "pk": backend_for(using).as_text(quote(meta.pk.column)),
+        "queue_locked_by": f"COALESCE({quote(meta.get_field('queue_locked_by').column)}, '')",
+    }
+    selected = ", ".join(
+        "%s" if field is None else source.get(field) or quote(meta.get_field(field).column)
+        for _, field in _COPIED
+    )
+    placeholders = ", ".join(["%s"] * len(ids))
+    key, token_column = quote(meta.pk.column), quote(meta.get_field("queue_token").column)
+    sql = (
+        f"INSERT INTO {quote(attempt._meta.db_table)} ({columns}) SELECT {selected} "
+        f"FROM {quote(meta.db_table)} WHERE {key} IN ({placeholders}) AND {token_column} = %s"
+    )
+    when = connection.ops.adapt_datetimefield_value(finished_at)
+    params = [meta.label, when, outcome, "", *ids, token]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)

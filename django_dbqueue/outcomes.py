@@ -26,7 +26,7 @@ from . import signals
 from .backends import retry_on_lock_conflicts
 from .claims import fenced, rows_of
 from .exceptions import LeaseLost, describe_error
-from .history import AttemptOutcome, attempt_for, write_attempts
+from .history import AttemptOutcome, attempt_for, copy_attempts, write_attempts
 from .leases import RUN_ALONE, Claim
 from .retry import retry_at as decide_retry
 from .states import QueueState
@@ -93,15 +93,7 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
                     .filter(pk__in=ids, queue_token=-claim.token)
                     .values_list("pk", flat=True)
                 )
-            write_attempts(
-                model,
-                claim.using,
-                (
-                    attempt_for(row, AttemptOutcome.SUCCEEDED, finished_at)
-                    for row in rows
-                    if row.pk in written
-                ),
-            )
+            copy_attempts(model, claim.using, ids, -claim.token, AttemptOutcome.SUCCEEDED, finished_at)
         return written
 
     written = retry_on_lock_conflicts(claim.using, write, "success")

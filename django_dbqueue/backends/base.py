@@ -57,6 +57,12 @@ class QueueBackend:
         """The server refuses writes (a replica, a read-only switch-over): wait and reconnect."""
         return False
 
+    # -- SQL text ------------------------------------------------------------------------------
+
+    def as_text(self, column_sql: str) -> str:
+        """``column_sql`` as a character string (a key copied into the history's text column)."""
+        return f"CAST({column_sql} AS TEXT)"
+
     # -- transactions ----------------------------------------------------------------------
 
     def server_in_transaction(self) -> bool:

@@ -30,6 +30,9 @@ class MySQLBackend(QueueBackend):
     order_by_pk = True
     spark_jdbc = True  # MariaDB Connector/J speaks to MySQL and MariaDB alike
 
+    def as_text(self, column_sql: str) -> str:
+        return f"CAST({column_sql} AS CHAR)"
+
     def is_lock_conflict(self, exc: BaseException) -> bool:
         return _code(exc) in LOCK_CONFLICTS
 
