@@ -22,10 +22,13 @@ SQL_CALLABLES = {"RawSQL"}
 
 #: Call sites reviewed by hand, by (file, function): why the text they build is not data.
 REVIEWED = {
-    (
-        "django_dbqueue/admin/pagination.py",
-        "plan_row_estimate",
-    ): "EXPLAIN + the SQL Django compiled; its params go separately",
+    ("django_dbqueue/backends/mysql.py", "estimate"): (
+        "EXPLAIN + the SQL Django compiled for a QuerySet; its params go separately"
+    ),
+    ("django_dbqueue/history.py", "copy_attempts"): (
+        "INSERT … SELECT of attempt rows: identifiers through quote_name(), the key's text cast "
+        "from backends/, one %s per id; every value a parameter"
+    ),
     ("django_dbqueue/spark/read.py", "read_history"): (
         "MIN/MAX(id) for Spark's partitions: the WHERE is constant text with one %s per value, "
         "the values (datetimes, model labels) are parameters"
