@@ -5,6 +5,7 @@
 Uses its own databases (bench_profile, bench_profile_ledger). Prints jobs/s without and with
 the profiler, SQL statements per job (by kind), and the
 pyinstrument call tree. Needs ``pip install pyinstrument`` in the project's .venv.
+``BENCH_DBQ_HISTORY=0`` turns the attempt history off, as the benchmark's "history off" rows.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="dbqapp.NoopJob")
     parser.add_argument("--n", type=int, default=20000)
-    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument(
+        "--batch", type=int, default=None, help="rows per claim (default: the library's sizing, as runqueue)"
+    )
     args = parser.parse_args()
     model = apps.get_model(args.model)
     from django.core.management import call_command
