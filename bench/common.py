@@ -102,6 +102,19 @@ def global_status(names: tuple[str, ...]) -> dict[str, int]:
     return values
 
 
+def prepare_databases() -> None:
+    """Every system's database, the ledger and the raw table, migrated and empty."""
+    conn = db(None)
+    cur = conn.cursor()
+    for name in ("bench_dbqueue", "bench_tasksdb", "bench_djqueue", "bench_q2"):
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {name} CHARACTER SET utf8mb4")
+    conn.close()
+    ledger.reset()
+    ctl("raw", "setup")
+    for system in ("dbqueue", *PEERS):
+        subprocess.run([python_for(system), MANAGE, "migrate", "-v0"], env=system_env(system), check=True)
+
+
 def load_average() -> list[float]:
     """The machine's 1, 5 and 15 minute load averages (the machine is shared)."""
     try:

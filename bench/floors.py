@@ -115,6 +115,16 @@ class Floor:
             return None
         return value >= self.bound if self.at_least else value <= self.bound
 
+    def per_run(self, results: dict[str, Any]) -> list[float | None]:
+        """The figure of each run alone (the floor's figure is their median, for run-based ones)."""
+        return [self.figure({**results, "runs": [run]}) for run in results.get("runs", [])]
+
+    def shortfall(self, value: float) -> float:
+        """How far ``value`` is from the floor, as a fraction of the floor (0 when met): a rate
+        ratio of 0.35 against 0.7 is 0.5 short; a time ratio of 1.38 against 1.15 is 0.2 over."""
+        gap = (self.bound - value) if self.at_least else (value - self.bound)
+        return max(gap / self.bound, 0.0)
+
 
 def _drain(top: tuple[str, str], bottom: tuple[str, str], workers: int) -> Callable[[dict], float | None]:
     return lambda results: drain_ratio(results["runs"], top, bottom, workers)

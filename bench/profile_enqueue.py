@@ -42,11 +42,36 @@ def saves(model, values: dict, n: int) -> float:
     return time.perf_counter() - start
 
 
+def cprofile_saves(model, values: dict, n: int) -> None:
+    """cProfile ``n`` saves: the total, the driver's round trips and Django's SQL compilation."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    saves(model, values, n)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    query = sum(
+        s[3] for f, s in stats.stats.items() if f[2] == "<function Connection.query>" or "query" == f[2]
+    )
+    compile_ = sum(
+        s[3] for f, s in stats.stats.items() if f[0].endswith("sql/compiler.py") and f[2] == "as_sql"
+    )
+    print(
+        f"--- cProfile, {n:,} saves of {model._meta.label}: {stats.total_tt * 1e6 / n:.0f} µs per save, "
+        f"round trip (Connection.query) {query / stats.total_tt:.0%}, SQL compilation (as_sql) "
+        f"{compile_ * 1e6 / n:.0f} µs per save ---"
+    )
+    stats.sort_stats("tottime").print_stats(8)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pair", default="order", choices=sorted(SAVE_PAIRS))
     parser.add_argument("--n", type=int, default=3000, help="saves of each model")
     parser.add_argument("--bulk", type=int, default=20000, help="rows of bulk_enqueue()")
+    parser.add_argument("--cprofile", action="store_true", help="also cProfile each side's saves")
     args = parser.parse_args()
     ledger.reset()
     server = ledger.connect(None)
@@ -83,6 +108,9 @@ def main() -> None:
     queue_model.objects.bulk_enqueue([{} for _ in range(args.bulk)], batch_size=1000)
     seconds = time.perf_counter() - start
     profiler.stop()
+    if args.cprofile:
+        for model in models.values():
+            cprofile_saves(model, values, args.n)
     label = queue_model._meta.label
     print(f"--- bulk_enqueue() of {args.bulk:,} {label} rows: {args.bulk / seconds:,.0f}/s ---")
     print(profiler.output_text(unicode=False, color=False, show_all=False))

@@ -17,7 +17,6 @@ import json
 import random
 import signal
 import statistics
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,11 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import ledger
 from bench.common import (
     ERRORS,
     LOG_DIR,
-    MANAGE,
     OURS_VARIANTS,
     OUT_MD,
     OUT_PNG,
@@ -40,28 +37,13 @@ from bench.common import (
     WORKER_COUNTS,
     attempt,
     ctl,
-    db,
     load_average,
     log,
     machine_info,
-    python_for,
-    system_env,
+    prepare_databases,
 )
 from bench.pairs import save_figures
 from bench.scenarios import contention, drain, pickup, reset_system
-
-
-def prepare_databases() -> None:
-    conn = db(None)
-    cur = conn.cursor()
-    for name in ("bench_dbqueue", "bench_tasksdb", "bench_djqueue", "bench_q2"):
-        cur.execute(f"CREATE DATABASE IF NOT EXISTS {name} CHARACTER SET utf8mb4")
-    conn.close()
-    ledger.reset()
-    ctl("raw", "setup")
-    for system in ("dbqueue", *PEERS):
-        subprocess.run([python_for(system), MANAGE, "migrate", "-v0"], env=system_env(system), check=True)
-
 
 # -- enqueue ---------------------------------------------------------------------------------
 

@@ -83,6 +83,8 @@ def test_drain_floors_are_ratios_within_each_run_then_the_median():
     assert floors.drain_ratio(runs, ("dbqueue", "lease"), ("raw", "batch500"), 4) == pytest.approx(0.8)
     assert floors.peer_ratio(runs, ("dbqueue", "lease"), 4) == pytest.approx(20.0)
     assert floors.fastest_peer(runs[0], 4) == 500
+    lease = next(f for f in floors.FLOORS if f.key == "lease-raw-4")
+    assert lease.per_run({"runs": runs}) == pytest.approx([0.8, 0.9, 0.5])
     # Not measured with 1 worker: no figure rather than a made-up one.
     assert floors.drain_ratio(runs, ("dbqueue", "lease"), ("raw", "batch500"), 1) is None
 
@@ -102,6 +104,9 @@ def test_floors_say_met_or_missed_in_their_direction():
     at_most = next(f for f in floors.FLOORS if f.key == "save-order")
     assert (at_least.met(0.7), at_least.met(0.69), at_least.met(None)) == (True, False, None)
     assert (at_most.met(1.15), at_most.met(1.16)) == (True, False)
+    assert at_least.shortfall(0.35) == pytest.approx(0.5)
+    assert at_least.shortfall(0.9) == 0.0
+    assert at_most.shortfall(1.38) == pytest.approx(0.2)
     assert at_least.target == "≥ 0.7×"
     assert next(f for f in floors.FLOORS if f.key == "pickup-p95").target == "≤ 50 ms"
 
@@ -188,8 +193,8 @@ def test_report_puts_the_floors_first_with_before_and_verdicts(
     text = out.read_text()
     assert text.index("## Floors") < text.index("## Machine and setup")
     lease = next(line for line in text.splitlines() if line.startswith("| Lease mode, 4 workers / raw"))
-    assert lease.split(" | ")[2:] == ["0.87×", "0.50×", "**MISSED** |"]
+    assert lease.split(" | ")[2:] == ["0.87×", "0.50×", "**MISSED** by 29%", " |"]
     peer = next(line for line in text.splitlines() if line.startswith("| Lease mode, 4 workers / fastest"))
-    assert peer.endswith("| 20.0× | met |")
+    assert peer.endswith("| 20.0× | met |  |")  # one run: no per-run column
     save = next(line for line in text.splitlines() if "(no domain fields)" in line)
     assert "not measured | not measured | – |" in save
