@@ -5,6 +5,7 @@
 Uses its own databases (bench_profile, bench_profile_ledger). Prints jobs/s without and with
 the profiler, SQL statements per job (by kind), and the
 pyinstrument call tree. Needs ``pip install pyinstrument`` in the project's .venv.
+``BENCH_DBQ_HISTORY=0`` turns the attempt history off, as the benchmark's "history off" rows.
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="dbqapp.NoopJob")
     parser.add_argument("--n", type=int, default=20000)
-    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument(
+        "--batch", type=int, default=None, help="rows per claim (default: the library's sizing, as runqueue)"
+    )
+    parser.add_argument(
+        "--cprofile", action="store_true", help="also cProfile a drain: the worker thread's CPU by function"
+    )
     args = parser.parse_args()
     model = apps.get_model(args.model)
     from django.core.management import call_command
@@ -100,6 +106,25 @@ def main() -> None:
     profiler.stop()
     print(f"with pyinstrument: {rate:,.0f} jobs/s")
     print(profiler.output_text(unicode=False, color=False, show_all=False))
+    if args.cprofile:
+        cprofile_drain(model, args)
+
+
+def cprofile_drain(model, args: argparse.Namespace) -> None:
+    """One more drain under cProfile (the worker's own thread): the top functions by their own
+    time, and django_dbqueue's by cumulative time, per job."""
+    import cProfile
+    import pstats
+
+    fill(model, args.n)
+    profile = cProfile.Profile()
+    profile.enable()
+    rate = drain(model, args.batch)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    print(f"with cProfile: {rate:,.0f} jobs/s; {stats.total_tt * 1e6 / args.n:.0f} µs profiled per job")
+    stats.sort_stats("tottime").print_stats(15)
+    stats.sort_stats("cumulative").print_stats("django_dbqueue", 25)
 
 
 if __name__ == "__main__":

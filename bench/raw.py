@@ -8,8 +8,9 @@
 Modes: ``claim1`` (claim 1 row, ack it), ``claim100`` (claim 100, ack each with its own
 UPDATE + commit), ``batch`` (claim 100, one ack UPDATE for the whole batch), ``batch500``
 (the same with claims of 500, django_dbqueue's largest claim by default), ``atomic``
-(claim 100, then per job the statements DESIGN.md's atomic mode requires, the way
-django_dbqueue sends them on MariaDB: see :data:`ATOMIC_BLOCK`). A claim is one transaction
+(claim 100, then per job the statements DESIGN.md's atomic mode requires, one anonymous
+block per job as the previous core sent them on MariaDB: see :data:`ATOMIC_BLOCK`; used by
+bench/atomic_ceiling.py, no longer by the benchmark's drains). A claim is one transaction
 (``SELECT id … ORDER BY priority DESC, run_at, id LIMIT n FOR UPDATE SKIP LOCKED``,
 ``UPDATE … WHERE id IN (…)``, commit), like django_dbqueue's; acks are fenced by the claim's
 token. Workers poll every 50 ms when idle and stop on SIGTERM.
@@ -74,8 +75,8 @@ ATOMIC_LOCK = "UPDATE job SET token = token WHERE id = {job} AND token = {token}
 #: One job's end in ``atomic`` mode, in one round trip: its fenced success, its attempt row
 #: (only if the success was written), the commit, and the lock of the claim's next job, which
 #: opens that job's transaction (a failed lock is swallowed: that job then locks for itself).
-#: The same statements as django_dbqueue's block (django_dbqueue.pipeline), minus its
-#: Python: the server's clock instead of literals, no reading of the result.
+#: The same statements as the previous core's block (its module ``pipeline``, since removed),
+#: minus its Python: the server's clock instead of literals, no reading of the result.
 ATOMIC_BLOCK = (
     "BEGIN NOT ATOMIC "
     "UPDATE job SET state = 'succeeded', finished_at = UTC_TIMESTAMP(6), locked_until = NULL, "

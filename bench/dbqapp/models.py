@@ -34,8 +34,8 @@ class GroupedJob(QueueMixin):
         ledger.record(self.pk)
 
 
-class WideOrder(QueueMixin):
-    """A wide domain table (an order) that is also a queue: for the claim-cost scenario."""
+class OrderFields(models.Model):
+    """The domain fields of an order: what a user's own model holds besides the queue."""
 
     customer_id = models.BigIntegerField(default=0, db_index=True)
     email = models.CharField(max_length=254, default="")
@@ -47,11 +47,32 @@ class WideOrder(QueueMixin):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        abstract = True
+
+
+class WideOrder(OrderFields, QueueMixin):
+    """A wide domain table (an order) that is also a queue."""
+
     class Meta(QueueMixin.Meta):
         abstract = True
 
     def process(self) -> None:
         ledger.record(self.pk)
+
+
+# The save() pairs: the same model with and without QueueMixin, saved in alternating turns
+# (benchctl save-pair): what the mixin costs a user's save() of a new row.
+class OrderJob(WideOrder):
+    """An order that is also a queue: the QueueMixin side of the order pair."""
+
+
+class PlainOrder(OrderFields):
+    """OrderJob's twin without QueueMixin: the same domain fields, no queue columns."""
+
+
+class PlainJob(models.Model):
+    """NoopJob's twin without QueueMixin: no domain fields at all (only the key)."""
 
 
 # One table per level of finished rows, so that the claims of all levels can be timed in turns
@@ -69,3 +90,8 @@ class WideJobLarge(WideOrder):
 
 
 WIDE_TABLES: tuple[type[WideOrder], ...] = (WideJob, WideJobMid, WideJobLarge)
+#: The save() pairs by name: (queue model, its twin without QueueMixin).
+SAVE_PAIRS: dict[str, tuple[type[models.Model], type[models.Model]]] = {
+    "order": (OrderJob, PlainOrder),
+    "bare": (NoopJob, PlainJob),
+}

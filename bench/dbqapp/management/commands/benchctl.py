@@ -16,7 +16,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from bench.dbqapp.models import WIDE_TABLES
+from bench.dbqapp.models import SAVE_PAIRS, WIDE_TABLES
+from bench.pairs import turn_order
 from django_dbqueue.states import QueueState
 
 HANDLER_READS = (
@@ -149,18 +150,54 @@ def raw_claim(cursor: Any, table: str, i: int) -> None:
     assert len(ids) == 100, len(ids)
 
 
+#: The domain values of a new order in the save() pair (both models get the same).
+ORDER_VALUES = {
+    "customer_id": 4711,
+    "email": "customer4711@example.com",
+    "total": "129.90",
+    "shipping_address": "Street 1, 12345 Town, Country",
+    "notes": "leave at the door",
+}
+
+
+def save_pairs(n: int, turns: int) -> dict[str, Any]:
+    """Time ``n`` saves of new rows of each pair's queue model and of its twin without
+    QueueMixin, ``turns`` times, the two taking turns (who goes first alternates)."""
+    connection.ensure_connection()  # connected before the clock starts
+    out: dict[str, Any] = {}
+    for name, (queue_model, plain_model) in SAVE_PAIRS.items():
+        values = ORDER_VALUES if name == "order" else {}
+        models = {"queue": queue_model, "plain": plain_model}
+        seconds: dict[str, list[float]] = {"queue": [], "plain": []}
+        for turn in range(turns):
+            for side in turn_order(turn, "queue", "plain"):
+                model = models[side]
+                start = time.perf_counter()
+                for _ in range(n):
+                    model(**values).save()
+                seconds[side].append(time.perf_counter() - start)
+        out[name] = {
+            "n": n,
+            "queue_model": queue_model._meta.label,
+            "plain_model": plain_model._meta.label,
+            "queue_s": seconds["queue"],
+            "plain_s": seconds["plain"],
+        }
+    return out
+
+
 class Command(BaseCommand):
-    help = "Benchmark control of django_dbqueue (reset, enqueue, trickle, remaining, claim-cost)."
+    help = "Benchmark control of django_dbqueue (reset, enqueue, save pairs, trickle, claim cost)."
 
     def add_arguments(self, parser):
-        parser.add_argument(
-            "action", choices=["reset", "enqueue-one", "enqueue-bulk", "trickle", "remaining", "claim-cost"]
-        )
+        actions = ["reset", "enqueue-one", "enqueue-bulk", "save-pair", "trickle", "remaining", "claim-cost"]
+        parser.add_argument("action", choices=actions)
         parser.add_argument("--model", default="dbqapp.NoopJob")
         parser.add_argument("--n", type=int, default=0)
         parser.add_argument("--gap", type=float, default=0.15, help="mean gap of the trickle (s)")
         parser.add_argument("--levels", default="0,100000,1000000")
         parser.add_argument("--claims", type=int, default=20)
+        parser.add_argument("--turns", type=int, default=10, help="turns of the save() pairs")
         parser.add_argument("--reset", action="store_true", help="empty the tables first")
 
     def handle(self, *args, **options):
@@ -190,6 +227,8 @@ class Command(BaseCommand):
                 seconds=time.perf_counter() - start,
                 api="bulk_enqueue() of mappings ({} per row), 1,000 rows per INSERT",
             )
+        elif action == "save-pair":
+            out["pairs"] = save_pairs(n, options["turns"])
         elif action == "trickle":
             sent = {}
             rng = random.Random(n)
