@@ -178,18 +178,23 @@ def requeue_alone(row: QueueMixin, claim: Claim, error: BaseException | str) -> 
             write_attempts(type(row), claim.using, [attempt_for(row, AttemptOutcome.RETRIED, now, text)])
 
 
-def fail_by_key(model: type[QueueMixin], pk: Any, claim: Claim, reason: str) -> bool:
-    """End a claimed row that cannot even be loaded (its data cannot become an instance)
-    FAILED with ``reason``; no retry can help it. True if the claim still held it."""
+def _end(model: type[QueueMixin], pk: Any, claim: Claim, state: QueueState, reason: str) -> bool:
+    """End a claimed row in ``state`` with ``reason``, no retry; True if the claim held it."""
     return bool(
         fenced(model, [pk], claim).update(
-            queue_state=QueueState.FAILED,
+            queue_state=state,
             queue_last_error=reason,
             queue_finished_at=claim.now(),
             queue_token=-claim.token,
             queue_locked_until=None,
         )
     )
+
+
+def fail_by_key(model: type[QueueMixin], pk: Any, claim: Claim, reason: str) -> bool:
+    """End a claimed row that cannot even be loaded (its data cannot become an instance)
+    FAILED with ``reason``; no retry can help it. True if the claim still held it."""
+    return _end(model, pk, claim, QueueState.FAILED, reason)
 
 
 # -- giving back, holding on ---------------------------------------------------------------------
@@ -221,15 +226,7 @@ def defer(model: type[QueueMixin], pk: Any, claim: Claim, until: datetime) -> bo
 
 def cancel(model: type[QueueMixin], pk: Any, claim: Claim, reason: str = "") -> bool:
     """End a claimed row CANCELLED (a person decided it needs no doing)."""
-    return bool(
-        fenced(model, [pk], claim).update(
-            queue_state=QueueState.CANCELLED,
-            queue_last_error=reason,
-            queue_finished_at=claim.now(),
-            queue_token=-claim.token,
-            queue_locked_until=None,
-        )
-    )
+    return _end(model, pk, claim, QueueState.CANCELLED, reason)
 
 
 def renew(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> set[Any]:

@@ -353,19 +353,18 @@ def _in_a_thread(target) -> None:  # type: ignore[no-untyped-def]
         raise errors[0]
 
 
+def _drain_in_a_thread(model: type, **options: object) -> Worker:
+    worker = Worker(models=[model], burst=True, handle_signals=False, **options)  # type: ignore[arg-type]
+    _in_a_thread(worker.run)
+    return worker
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_handler_that_leaves_atomic_open_fails_and_its_worker_stops_cleanly(monkeypatch) -> None:
     monkeypatch.setitem(testapp.HANDLER_HOOKS, "leak", _enter_atomic_and_stay)
     Job.objects.bulk_create([Job(name="ok"), Job(name="leak"), Job(name="ok"), Job(name="ok")])
-    workers: list[Worker] = []
-
-    def drain() -> None:
-        worker = Worker(models=[Job], burst=True, handle_signals=False, batch_size=4)
-        workers.append(worker)
-        worker.run()
-
-    _in_a_thread(drain)
-    assert isinstance(workers[0].fatal, LeakedTransaction)
+    worker = _drain_in_a_thread(Job, batch_size=4)
+    assert isinstance(worker.fatal, LeakedTransaction)
     leaked = Job.objects.get(name="leak")
     assert leaked.queue_state == QueueState.READY and "did not leave it" in leaked.queue_last_error
     assert not Job.objects.filter(queue_state=QueueState.RUNNING).exists()  # nothing stuck
@@ -438,15 +437,8 @@ def test_an_atomic_handler_that_leaves_atomic_open_commits_nothing_and_fails(mon
 
     monkeypatch.setitem(testapp.HANDLER_HOOKS, "leak", _enter_atomic_and_stay)
     AtomicJob.objects.bulk_create([AtomicJob(name="ok"), AtomicJob(name="leak"), AtomicJob(name="ok")])
-    workers: list[Worker] = []
-
-    def drain() -> None:
-        worker = Worker(models=[AtomicJob], burst=True, handle_signals=False, batch_size=3)
-        workers.append(worker)
-        worker.run()
-
-    _in_a_thread(drain)
-    assert isinstance(workers[0].fatal, LeakedTransaction)
+    worker = _drain_in_a_thread(AtomicJob, batch_size=3)
+    assert isinstance(worker.fatal, LeakedTransaction)
     leaked = AtomicJob.objects.get(name="leak")
     assert leaked.queue_state == QueueState.READY and "did not leave it" in leaked.queue_last_error
     assert not Ledger.objects.filter(kind="AtomicJob", job_id=leaked.pk).exists()  # nothing committed
