@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.apps import apps
 from django.db import models
@@ -18,7 +18,7 @@ from django.db import models
 from .conf import settings
 
 if TYPE_CHECKING:
-    from .models import QueueMixin
+    from .models import QueueAttempt, QueueMixin
 
 #: Error text kept per attempt (the full traceback stays on the row's queue_last_error).
 HISTORY_ERROR_LENGTH = 4000
@@ -36,10 +36,10 @@ def history_enabled(model: type[QueueMixin]) -> bool:
     return settings.HISTORY if own is None else bool(own)
 
 
-def attempt_model() -> type[models.Model]:
+def attempt_model() -> type[QueueAttempt]:
     # Looked up, not imported: the history model lives in models/, which sits above this
     # module (the queue mixin there declares a manager built on query.py and outcomes.py).
-    return apps.get_model("django_dbqueue", "QueueAttempt")
+    return cast("type[QueueAttempt]", apps.get_model("django_dbqueue", "QueueAttempt"))
 
 
 def attempt_for(

@@ -28,6 +28,7 @@ from django.utils.translation import ngettext
 
 from ..query import QueueQuerySet, QueueQuerySetMixin
 from ..states import QueueState
+from .base import QueueAdminBase
 from .display import number
 from .forms import ConfirmForm, PriorityForm, RescheduleForm
 
@@ -126,7 +127,7 @@ class SetChanged(Exception):
         self.changed = changed
 
 
-class ActionsAdminMixin:
+class ActionsAdminMixin(QueueAdminBase):
     """The actions; mixed into ``QueueAdminMixin``."""
 
     dbqueue_action_template = "admin/django_dbqueue/action_form.html"

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.utils.functional import cached_property
 from django.utils.translation import gettext as _
 
@@ -82,7 +82,8 @@ class EstimatedCountPaginator(Paginator):
             keys = list(qs.reverse().values_list("pk", flat=True)[after : after + top - bottom])
         else:
             keys = list(qs.values_list("pk", flat=True)[bottom:top])
-        return self._get_page(qs.filter(pk__in=keys), number, self)
+        # Paginator._get_page() is Django's hook for the Page class; the stubs lack it.
+        return self._get_page(qs.filter(pk__in=keys), number, self)  # type: ignore[attr-defined]
 
 
 def count_hint(paginator: EstimatedCountPaginator) -> str:
@@ -111,7 +112,7 @@ def count_text(paginator: EstimatedCountPaginator, names: str) -> str:
     )
 
 
-def table_row_estimate(model: type, using: str) -> int | None:
+def table_row_estimate(model: type[Model], using: str) -> int | None:
     """The database's statistics estimate of the table's rows, or None if it has none."""
     return backend_for(using).table_row_estimate(model._meta.db_table)
 

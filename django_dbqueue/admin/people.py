@@ -33,6 +33,7 @@ from .. import claims, outcomes
 from ..exceptions import Discard, LeaseLost
 from ..query import QueueQuerySet
 from ..states import QueueState
+from .base import QueueAdminBase
 from .display import number, when
 from .forms import OutcomeForm, TakeForm, form_errors_text
 
@@ -89,7 +90,7 @@ def hand_back_all(qs: QueueQuerySet, held: list[tuple[Any, int]], me: str) -> in
 # -- Views ------------------------------------------------------------------------------------
 
 
-class PeopleAdminMixin:
+class PeopleAdminMixin(QueueAdminBase):
     """The "take / my items" views of :class:`~django_dbqueue.admin.QueueAdminMixin`."""
 
     #: Seconds a person holds taken items before they go back to the queue.
