@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.db import models
@@ -39,7 +39,7 @@ def history_enabled(model: type[QueueMixin]) -> bool:
 def attempt_model() -> type[QueueAttempt]:
     # Looked up, not imported: the history model lives in models/, which sits above this
     # module (the queue mixin there declares a manager built on query.py and outcomes.py).
-    return cast("type[QueueAttempt]", apps.get_model("django_dbqueue", "QueueAttempt"))
+    return apps.get_model("django_dbqueue", "QueueAttempt")
 
 
 def attempt_for(
