@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
     from django.http import HttpRequest
 
-    from ..query import QueueQuerySet
+    from ..query import QueueQuerySet, QueueQuerySetMixin
 
     class QueueAdminBase(admin.ModelAdmin[Any]):
         dbqueue_fieldset: bool
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
         def has_dbqueue_permission(self, request: HttpRequest) -> bool: ...
         def dbqueue_filter_errors(self, request: HttpRequest) -> list[str]: ...
-        def dbqueue_queryset(self, queryset: QuerySet[Any]) -> QueueQuerySet: ...
+        def dbqueue_queryset(self, queryset: QuerySet[Any]) -> QueueQuerySetMixin: ...
         def dbqueue_write_queryset(self) -> QueueQuerySet: ...
 
 else:

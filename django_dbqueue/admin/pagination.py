@@ -22,7 +22,7 @@ estimate: it counts exactly, like Django.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
 from django.db.models import Model, QuerySet
@@ -31,6 +31,9 @@ from django.utils.translation import gettext as _
 
 from ..backends import backend_for
 from .display import number
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 
 class EstimatedCountPaginator(Paginator):
@@ -100,7 +103,7 @@ def results_text(paginator: EstimatedCountPaginator) -> str:
     return _("About %(n)s results (an estimate)") % {"n": number(paginator.count)}
 
 
-def count_text(paginator: EstimatedCountPaginator, names: str) -> str:
+def count_text(paginator: EstimatedCountPaginator, names: StrOrPromise) -> str:
     """The list's row count in words, an estimate marked as one."""
     values = {"n": number(paginator.count), "names": names, "limit": number(paginator.exact_limit)}
     if paginator.at_least:
