@@ -41,6 +41,7 @@ test: venv services lint check test-mariadb test-postgresql test-sqlite test-dja
 
 lint: venv
 	$(VENV)/bin/ruff check django_dbqueue tests example_project $(wildcard bench)
+	DATABASE_URL=$(SQLITE_URL) $(VENV)/bin/mypy django_dbqueue
 
 check: venv
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m django check --settings tests.settings --fail-level WARNING

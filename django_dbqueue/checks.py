@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings as django_settings
 from django.core import checks
@@ -39,7 +39,7 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
     label = model._meta.label
     # A proxy shares its concrete model's table, and so its index.
-    index_owner = model._meta.concrete_model
+    index_owner = cast(type[QueueMixin], model._meta.concrete_model)  # None only on abstract models
     if not any(
         tuple(index.fields[: len(CLAIM_INDEX_FIELDS)]) == CLAIM_INDEX_FIELDS
         for index in index_owner._meta.indexes

@@ -45,8 +45,8 @@ def adopt(
     row = rows.annotate(_dbqueue_now=DbNow()).first()
     if row is None:
         return None
-    claimed_at = aware(row._dbqueue_now)  # type: ignore[attr-defined]
-    del row._dbqueue_now  # type: ignore[attr-defined]
+    claimed_at = aware(row._dbqueue_now)
+    del row._dbqueue_now
     row._queue_claim = Claim(
         token=token,
         worker_id=worker_id,

@@ -8,9 +8,12 @@ declarations are what ``settings.<NAME>`` reads and what the system checks
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from django.conf import settings as django_settings
+
+if TYPE_CHECKING:
+    from .retry import RetryPolicy
 
 PREFIX = "DBQUEUE_"
 DAY = 86_400
@@ -88,7 +91,7 @@ class Settings:
     MAX_PAYLOAD_BYTES = Setting(1_000_000, WHOLE, 1, 2**30)
     #: Retry policy of ``django.tasks`` tasks run through django_dbqueue (None: no retries, as
     #: Django's own backends; one task opts in with ``django_dbqueue.tasks.retry``).
-    TASK_RETRY: Setting[object] = Setting(None, RETRY_POLICY)
+    TASK_RETRY: Setting[RetryPolicy | None] = Setting(None, RETRY_POLICY)
     #: The MariaDB Connector/J jar the Spark pipeline (``django_dbqueue.spark``) hands to Spark.
     SPARK_JDBC_JAR = Setting("/usr/share/java/mariadb-java-client.jar", PATH)
 

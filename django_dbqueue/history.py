@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.apps import apps
 from django.db import connections, models
@@ -19,7 +19,7 @@ from .backends import backend_for
 from .conf import settings
 
 if TYPE_CHECKING:
-    from .models import QueueMixin
+    from .models import QueueAttempt, QueueMixin
 
 #: Error text kept per attempt (the full traceback stays on the row's queue_last_error).
 HISTORY_ERROR_LENGTH = 4000
@@ -37,7 +37,7 @@ def history_enabled(model: type[QueueMixin]) -> bool:
     return settings.HISTORY if own is None else bool(own)
 
 
-def attempt_model() -> type[models.Model]:
+def attempt_model() -> type[QueueAttempt]:
     # Looked up, not imported: the history model lives in models/, which sits above this
     # module (the queue mixin there declares a manager built on query.py and outcomes.py).
     return apps.get_model("django_dbqueue", "QueueAttempt")
@@ -105,23 +105,26 @@ def copy_attempts(
     connection = connections[using]
     quote = connection.ops.quote_name
     attempt = attempt_model()
-    columns = ", ".join(quote(attempt._meta.get_field(name).column) for name, _ in _COPIED)
-    meta = model._meta
+
+    def column(of: type[models.Model], name: str) -> str:
+        return quote(cast(str, cast(models.Field, of._meta.get_field(name)).column))
+
+    columns = ", ".join(column(attempt, name) for name, _ in _COPIED)
+    key = quote(cast(str, model._meta.pk.column))
     source = {
-        "pk": backend_for(using).as_text(quote(meta.pk.column)),
-        "queue_locked_by": f"COALESCE({quote(meta.get_field('queue_locked_by').column)}, '')",
+        "pk": backend_for(using).as_text(key),
+        "queue_locked_by": f"COALESCE({column(model, 'queue_locked_by')}, '')",
     }
     selected = ", ".join(
-        "%s" if field is None else source.get(field) or quote(meta.get_field(field).column)
-        for _, field in _COPIED
+        "%s" if field is None else source.get(field) or column(model, field) for _, field in _COPIED
     )
     placeholders = ", ".join(["%s"] * len(ids))
-    key, token_column = quote(meta.pk.column), quote(meta.get_field("queue_token").column)
     sql = (
         f"INSERT INTO {quote(attempt._meta.db_table)} ({columns}) SELECT {selected} "
-        f"FROM {quote(meta.db_table)} WHERE {key} IN ({placeholders}) AND {token_column} = %s"
+        f"FROM {quote(model._meta.db_table)} WHERE {key} IN ({placeholders}) "
+        f"AND {column(model, 'queue_token')} = %s"
     )
     when = connection.ops.adapt_datetimefield_value(finished_at)
-    params = [meta.label, when, outcome, "", *ids, token]
+    params = [model._meta.label, when, outcome, "", *ids, token]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

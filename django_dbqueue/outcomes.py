@@ -110,9 +110,12 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
         row.queue_last_error = ""
         won.append(row)
     if won and signals.job_succeeded.has_listeners(model):
-        transaction.on_commit(
-            lambda: [announce(signals.job_succeeded, model, row=row) for row in won], using=claim.using
-        )
+
+        def announce_won() -> None:
+            for row in won:
+                announce(signals.job_succeeded, model, row=row)
+
+        transaction.on_commit(announce_won, using=claim.using)
     return lost
 
 

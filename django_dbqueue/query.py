@@ -32,6 +32,12 @@ from .states import QueueState
 if TYPE_CHECKING:
     from .models import QueueMixin
 
+    # For the type checker the mixin is a QuerySet (of any QueueMixin model: its lookups name
+    # the model's own fields); at run time it is mixed into one (QueueQuerySet, or the model's).
+    _QuerySetBase = models.QuerySet[Any]
+else:
+    _QuerySetBase = object
+
 logger = logging.getLogger("django_dbqueue.query")
 
 #: Priorities are stored in a 32-bit integer column on every database.
@@ -60,7 +66,7 @@ def run_at_expression(run_at: datetime | timedelta | None) -> Any:
     raise TypeError(f"run_at must be a datetime or a timedelta, not {run_at!r}")
 
 
-class QueueQuerySetMixin:
+class QueueQuerySetMixin(_QuerySetBase):
     """Queue operations for any QuerySet of a QueueMixin model.
 
     Compose it with your own QuerySet: ``class OrderQuerySet(QueueQuerySetMixin,
@@ -68,14 +74,11 @@ class QueueQuerySetMixin:
     none of them touches a RUNNING row (it belongs to its worker until its outcome).
     """
 
-    model: type[QueueMixin]
-    db: str
-
     # -- reading -----------------------------------------------------------------------------
 
     def ready(self) -> models.QuerySet:
         """Rows that are READY and due now (database clock)."""
-        return self.filter(queue_state=QueueState.READY, queue_run_at__lte=DbNow())  # type: ignore[attr-defined]
+        return self.filter(queue_state=QueueState.READY, queue_run_at__lte=DbNow())
 
     def has_ready(self) -> bool:
         """A cheap, lock-free, index-only probe an idle worker polls with."""
@@ -215,7 +218,7 @@ class QueueQuerySetMixin:
         }
         if priority is not None:
             values["queue_priority"] = check_priority(priority)
-        return self._notified(self.exclude(queue_state=QueueState.RUNNING).update(**values))  # type: ignore[attr-defined]
+        return self._notified(self.exclude(queue_state=QueueState.RUNNING).update(**values))
 
     def _notified(self, count: int) -> int:
         if count:
@@ -231,7 +234,7 @@ class QueueQuerySetMixin:
         # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
         # CASE placed after `queue_state = 'ready'` would see the new state.
         return self._notified(
-            self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(  # type: ignore[attr-defined]
+            self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
                 queue_attempts=Case(
                     When(queue_state=QueueState.FAILED, then=Value(0)),
                     default=F("queue_attempts"),
@@ -246,17 +249,17 @@ class QueueQuerySetMixin:
 
     def reprioritize(self, priority: int) -> int:
         """Set the priority (higher runs first) of every row that is not RUNNING."""
-        return self.exclude(queue_state=QueueState.RUNNING).update(queue_priority=check_priority(priority))  # type: ignore[attr-defined]
+        return self.exclude(queue_state=QueueState.RUNNING).update(queue_priority=check_priority(priority))
 
     def reschedule(self, run_at: datetime | timedelta) -> int:
         """Move READY rows to ``run_at`` (a datetime, or a delay from the database's now)."""
         if run_at is None:
             raise ValueError("reschedule() needs a datetime or a timedelta")
-        return self.filter(queue_state=QueueState.READY).update(queue_run_at=run_at_expression(run_at))  # type: ignore[attr-defined]
+        return self.filter(queue_state=QueueState.READY).update(queue_run_at=run_at_expression(run_at))
 
     def cancel(self) -> int:
         """Cancel READY (and IDLE) rows; running and finished rows are left as they are."""
-        return self.filter(queue_state__in=(QueueState.READY, QueueState.IDLE)).update(  # type: ignore[attr-defined]
+        return self.filter(queue_state__in=(QueueState.READY, QueueState.IDLE)).update(
             queue_state=QueueState.CANCELLED, queue_finished_at=DbNow()
         )
 
@@ -284,5 +287,8 @@ class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):
     pass
 
 
-class QueueManager(models.Manager.from_queryset(QueueQuerySet)):  # type: ignore[misc]
+_QueueManagerBase = models.Manager.from_queryset(QueueQuerySet)
+
+
+class QueueManager(_QueueManagerBase):
     pass

@@ -18,8 +18,10 @@ from .leases import as_timedelta
 
 @runtime_checkable
 class RetryPolicy(Protocol):
-    #: Attempts a row gets in all (None: unlimited). The lease rescue reads it too.
-    max_attempts: int | None
+    @property
+    def max_attempts(self) -> int | None:
+        """Attempts a row gets in all (None: unlimited). The lease rescue reads it too."""
+        ...
 
     def delay(self, attempts: int, error: BaseException | None) -> timedelta | None:
         """Delay before attempt ``attempts + 1``, or None to give up."""

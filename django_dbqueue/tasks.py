@@ -137,7 +137,7 @@ def to_task_result(record: TaskRecord, task: Task | None = None) -> TaskResult:
         if record.queue_locked_by and (not worker_ids or worker_ids[-1] != record.queue_locked_by):
             worker_ids.append(record.queue_locked_by)
         started_at = started_at or record.queue_last_attempt_at
-    result = TaskResult(
+    result: TaskResult[Any, Any] = TaskResult(
         task=task or task_of(record),
         id=record.pk,
         status=STATUS[QueueState(record.queue_state)],

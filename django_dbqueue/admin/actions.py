@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.contrib import admin, messages
@@ -28,8 +28,12 @@ from django.utils.translation import ngettext
 
 from ..query import QueueQuerySet, QueueQuerySetMixin
 from ..states import QueueState
+from .base import QueueAdminBase
 from .display import number
 from .forms import ConfirmForm, PriorityForm, RescheduleForm
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 FINISHED_OR_IDLE = (QueueState.SUCCEEDED, QueueState.FAILED, QueueState.CANCELLED, QueueState.IDLE)
 
@@ -39,18 +43,18 @@ class Bulk:
     """One bulk action: the rows its statement changes (the same conditions as the QuerySet
     method it calls), the statement, and its words."""
 
-    scope: Callable[[QueueQuerySet], models.QuerySet]
-    run: Callable[[QueueQuerySet, Any], int]
+    scope: Callable[[QueueQuerySetMixin], models.QuerySet]
+    run: Callable[[QueueQuerySetMixin, Any], int]
     title: Any
     intro: Any
     submit: Any
-    done: Callable[[Any], str]
+    done: Callable[[Any], StrOrPromise]
     applies: Any
     form: type[forms.Form] | None = None
     permission: str = "dbqueue"
 
 
-def _delete(qs: QueueQuerySet, form: Any) -> int:
+def _delete(qs: QueueQuerySetMixin, form: Any) -> int:
     # One DELETE when nothing cascades and no delete signal listens (Django's fast delete).
     total, per_model = qs.exclude(queue_state=QueueState.RUNNING).delete()
     return per_model.get(qs.model._meta.label, total)
@@ -126,7 +130,7 @@ class SetChanged(Exception):
         self.changed = changed
 
 
-class ActionsAdminMixin:
+class ActionsAdminMixin(QueueAdminBase):
     """The actions; mixed into ``QueueAdminMixin``."""
 
     dbqueue_action_template = "admin/django_dbqueue/action_form.html"
@@ -134,12 +138,14 @@ class ActionsAdminMixin:
     #: most this fraction of it (0: exactly that number).
     dbqueue_select_all_tolerance: float = 0.01
 
-    def dbqueue_queryset(self, queryset: models.QuerySet) -> QueueQuerySet:
+    def dbqueue_queryset(self, queryset: models.QuerySet) -> QueueQuerySetMixin:
         """The changelist's (filtered) queryset as a queue QuerySet, whatever manager the
         model has; unordered and without joins for display, so an UPDATE is a plain
         ``UPDATE … WHERE``."""
         if not isinstance(queryset, QueueQuerySetMixin):
-            queryset = QueueQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset._db)
+            # QuerySet._db, the alias the queryset was given (None: the router decides), is not in the stubs.
+            using = queryset._db  # type: ignore[attr-defined]
+            queryset = QueueQuerySet(model=queryset.model, query=queryset.query.chain(), using=using)
         return queryset.select_related(None).prefetch_related(None).order_by()
 
     def _dbqueue_check(self, request: HttpRequest, permission: str = "dbqueue") -> None:
@@ -168,21 +174,22 @@ class ActionsAdminMixin:
             try:
                 expected = int(request.POST.get("dbqueue_expected", ""))
             except ValueError:  # no confirmed number: show it first
-                return self.dbqueue_confirm_page(request, qs, bulk, form_class())
+                return self.dbqueue_confirm_page(request, qs, bulk, (form_class or ConfirmForm)())
             try:
                 with transaction.atomic(using=qs.db):
                     changed = bulk.run(qs, form)
                     if abs(changed - expected) > self.dbqueue_drift_allowed(expected):
                         raise SetChanged(changed)
             except SetChanged as moved:
-                return self.dbqueue_confirm_page(request, qs, bulk, form, moved=(expected, moved.changed))
+                confirm = cast(forms.Form, form)  # made above: "select all" always confirms
+                return self.dbqueue_confirm_page(request, qs, bulk, confirm, moved=(expected, moved.changed))
         self.dbqueue_report(request, qs, changed, bulk.done(form), bulk.applies)
         return None
 
     def dbqueue_confirm_page(
         self,
         request: HttpRequest,
-        qs: QueueQuerySet,
+        qs: QueueQuerySetMixin,
         bulk: Bulk,
         form: forms.Form,
         moved: tuple[int, int] | None = None,
@@ -193,6 +200,7 @@ class ActionsAdminMixin:
         selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
         names = self.opts.verbose_name_plural
         will = moved[1] if moved else bulk.scope(qs).count()
+        summary: StrOrPromise
         if across:
             summary = _(
                 "This will change exactly %(n)s %(names)s: all those matching the current filter "
@@ -232,26 +240,18 @@ class ActionsAdminMixin:
         return TemplateResponse(request, self.dbqueue_action_template, context)
 
     def dbqueue_report(
-        self, request: HttpRequest, qs: QueueQuerySet, changed: int, done: str, applies_to: str
+        self, request: HttpRequest, qs: QueueQuerySetMixin, changed: int, done: StrOrPromise, applies_to: str
     ) -> None:
         """Tell the user what changed and what was skipped (RUNNING rows are named)."""
         names = self.opts.verbose_name_plural
         across = request.POST.get("select_across") == "1"
         selected = len(set(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
+        values = {"done": done, "n": number(changed), "sel": number(selected), "names": names}
         if across:
-            text = _("%(done)s %(n)s %(names)s matching the filter.") % {
-                "done": done,
-                "n": number(changed),
-                "names": names,
-            }
+            text = _("%(done)s %(n)s %(names)s matching the filter.") % values
         else:
-            text = _("%(done)s %(n)s of %(sel)s selected %(names)s.") % {
-                "done": done,
-                "n": number(changed),
-                "sel": number(selected),
-                "names": names,
-            }
-        skipped = None if across else selected - changed
+            text = _("%(done)s %(n)s of %(sel)s selected %(names)s.") % values
+        skipped = 0 if across else selected - changed
         if across or skipped:
             # RUNNING rows were never changed, so counting them after the UPDATE is exact.
             running = qs.filter(queue_state=QueueState.RUNNING).count()

@@ -12,6 +12,8 @@ query per row. Counting and bulk actions never join either.
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
@@ -33,7 +35,7 @@ def related_to_fetch(changelist: ChangeList) -> list[str]:
             # select_related() with no names follows the non-null foreign keys; a ForeignKey
             # named in list_display (not its ``_id`` column) needs its row.
             if field is not None and field.many_to_one and (wanted is False or not field.null):
-                if name != field.attname and field.name not in names:
+                if name != cast(models.Field, field).attname and field.name not in names:
                     names.append(field.name)
         return names
     return list(wanted or ())
@@ -46,7 +48,7 @@ def _foreign_key_in_list_display(changelist: ChangeList) -> bool:
             field = changelist.lookup_opts.get_field(name) if isinstance(name, str) else None
         except FieldDoesNotExist:
             continue
-        if field is not None and field.many_to_one and name != field.attname:
+        if field is not None and field.many_to_one and name != cast(models.Field, field).attname:
             return True
     return False
 

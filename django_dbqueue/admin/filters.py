@@ -49,7 +49,7 @@ class DayOrDateTimeField(forms.SplitDateTimeField):
         self.end = end
         super().__init__(*args, **kwargs)
 
-    def compress(self, data_list: list[Any]) -> datetime | None:
+    def compress(self, data_list: Any) -> datetime | None:
         if data_list and data_list[0] not in self.empty_values and data_list[1] in self.empty_values:
             return make_aware(datetime.combine(data_list[0], time.max if self.end else time.min))
         return super().compress(data_list)
@@ -59,7 +59,7 @@ class WholeDayRangeFilter(DateTimeRangeFilter):
     """rangefilter's date-time range, where a date without a time means the whole day."""
 
     def _get_form_fields(self) -> OrderedDict[str, forms.Field]:
-        fields = OrderedDict()
+        fields: OrderedDict[str, forms.Field] = OrderedDict()
         for name, end, placeholder, initial in (
             (self.lookup_kwarg_gte, False, _("From date"), self.default_gte),
             (self.lookup_kwarg_lte, True, _("To date"), self.default_lte),

@@ -10,7 +10,7 @@ make the row look like it has waited for centuries). A time "in the past" within
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.utils import timezone
@@ -24,7 +24,7 @@ LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 PAST_ALLOWANCE = timedelta(days=1)
 
 
-def check_run_at(value: datetime) -> datetime:
+def check_run_at(value: datetime) -> None:
     """A due time a person typed: not before yesterday, not beyond what databases hold."""
     now = timezone.now()
     if value < now - PAST_ALLOWANCE:
@@ -38,7 +38,6 @@ def check_run_at(value: datetime) -> datetime:
             _("%(date)s is too far ahead: pick a date before the year 9999.") % {"date": when(value)},
             code="too_far",
         )
-    return value
 
 
 def form_errors_text(form: forms.BaseForm) -> str:
@@ -72,7 +71,7 @@ class RescheduleForm(forms.Form):
     unit = forms.ChoiceField(label=_("Unit"), choices=UNITS, initial="minutes", required=False)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = cast(dict[str, Any], super().clean())  # Form.clean() returns cleaned_data
         if self.errors:
             return data
         run_at, delay = data.get("run_at"), data.get("delay")
@@ -125,7 +124,7 @@ class OutcomeForm(forms.Form):
     defer_until = forms.DateTimeField(label=_("Defer until"), required=False, validators=[check_run_at])
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = cast(dict[str, Any], super().clean())  # Form.clean() returns cleaned_data
         if (
             data.get("outcome") == "defer"
             and not data.get("defer_until")

@@ -23,7 +23,7 @@ Everything is configured by ``dbqueue_*`` class attributes; see docs/admin.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import SEARCH_VAR
@@ -44,7 +44,13 @@ from .people import PeopleAdminMixin
 from .rows import RowAdminMixin
 from .stats import queue_stats
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_summary"]
+
+#: The request attribute that keeps the changelist the request built.
+CHANGELIST_ATTRIBUTE = "dbqueue_changelist"
 
 
 class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
@@ -144,20 +150,22 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
-        request.dbqueue_changelist = changelist  # for response_action() and the take view
+        setattr(request, CHANGELIST_ATTRIBUTE, changelist)  # for response_action() and the take view
         return changelist
 
     def dbqueue_filter_errors(self, request: HttpRequest) -> list[str]:
-        changelist = getattr(request, "dbqueue_changelist", None)
+        changelist = getattr(request, CHANGELIST_ATTRIBUTE, None)
         return changelist.dbqueue_filter_errors if isinstance(changelist, QueueChangeList) else []
 
-    def response_action(self, request: HttpRequest, queryset: models.QuerySet, **kwargs: Any) -> Any:
-        # ``kwargs``: Django 6.1's ``action_location``, passed on as given (5.2 and 6.0 have none).
+    def response_action(
+        self, request: HttpRequest, queryset: models.QuerySet, *args: Any, **kwargs: Any
+    ) -> Any:
+        # Django 6.1's ``action_location``, passed on as given (5.2 and 6.0 have none).
         errors = self.dbqueue_filter_errors(request)
         if errors:  # an invalid filter was not applied: the set is not what the person sees
             self.message_user(request, " ".join([*errors, str(_("No action was run."))]), messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
-        return super().response_action(request, queryset, **kwargs)
+        return super().response_action(request, queryset, *args, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
         if request.method == "POST" and "action" in request.POST:
@@ -174,7 +182,7 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
                 data.update(dbqueue_filter_errors=errors, action_form=None)
             paginator = changelist.paginator
             if getattr(paginator, "estimated", False):
-                names = self.opts.verbose_name_plural
+                names = cast("StrOrPromise", self.opts.verbose_name_plural)  # None only before setup
                 shown = count_text(paginator, names)
                 data.update(
                     dbqueue_count=shown,
@@ -221,9 +229,10 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
     def dbqueue_dashboard_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
+        names = cast("StrOrPromise", self.opts.verbose_name_plural)  # None only before setup
         context = {
             **self.admin_site.each_context(request),
-            "title": _("%(name)s queue") % {"name": self.opts.verbose_name_plural.capitalize()},
+            "title": _("%(name)s queue") % {"name": names.capitalize()},
             "opts": self.opts,
             "stats": queue_stats(self.model),
             "dbqueue": self.dbqueue_changelist_context(request),

@@ -22,15 +22,18 @@ estimate: it counts exactly, like Django.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.utils.functional import cached_property
 from django.utils.translation import gettext as _
 
 from ..backends import backend_for
 from .display import number
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 
 class EstimatedCountPaginator(Paginator):
@@ -82,7 +85,8 @@ class EstimatedCountPaginator(Paginator):
             keys = list(qs.reverse().values_list("pk", flat=True)[after : after + top - bottom])
         else:
             keys = list(qs.values_list("pk", flat=True)[bottom:top])
-        return self._get_page(qs.filter(pk__in=keys), number, self)
+        # Paginator._get_page() is Django's hook for the Page class; the stubs lack it.
+        return self._get_page(qs.filter(pk__in=keys), number, self)  # type: ignore[attr-defined]
 
 
 def count_hint(paginator: EstimatedCountPaginator) -> str:
@@ -99,7 +103,7 @@ def results_text(paginator: EstimatedCountPaginator) -> str:
     return _("About %(n)s results (an estimate)") % {"n": number(paginator.count)}
 
 
-def count_text(paginator: EstimatedCountPaginator, names: str) -> str:
+def count_text(paginator: EstimatedCountPaginator, names: StrOrPromise) -> str:
     """The list's row count in words, an estimate marked as one."""
     values = {"n": number(paginator.count), "names": names, "limit": number(paginator.exact_limit)}
     if paginator.at_least:
@@ -111,7 +115,7 @@ def count_text(paginator: EstimatedCountPaginator, names: str) -> str:
     )
 
 
-def table_row_estimate(model: type, using: str) -> int | None:
+def table_row_estimate(model: type[Model], using: str) -> int | None:
     """The database's statistics estimate of the table's rows, or None if it has none."""
     return backend_for(using).table_row_estimate(model._meta.db_table)
 

@@ -31,8 +31,9 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import claims, outcomes
 from ..exceptions import Discard, LeaseLost
-from ..query import QueueQuerySet
+from ..query import QueueQuerySet, QueueQuerySetMixin
 from ..states import QueueState
+from .base import QueueAdminBase
 from .display import number, when
 from .forms import OutcomeForm, TakeForm, form_errors_text
 
@@ -44,12 +45,12 @@ class MarkedFailed(Discard):
 # -- Writes: every queue-column write of the people views ------------------------------------
 
 
-def take(qs: QueueQuerySet, n: int, me: str, lease: float) -> list[Any]:
+def take(qs: QueueQuerySetMixin, n: int, me: str, lease: float) -> list[Any]:
     """Claim the next ``n`` ready rows of ``qs`` for ``me`` (the workers' claim)."""
     return qs.claim(n, worker_id=me, lease=lease)
 
 
-def hold(qs: QueueQuerySet, pk: Any, token: int, me: str) -> Any:
+def hold(qs: QueueQuerySetMixin, pk: Any, token: int, me: str) -> Any:
     """The row ``pk`` with the claim ``token``, if ``me`` still holds it; else None."""
     return claims.adopt(qs.model, qs.db, pk, token, worker_id=me, holder=me)
 
@@ -70,7 +71,7 @@ def defer(row: Any, until: datetime) -> bool:
     return outcomes.defer(type(row), row.pk, row.queue_claim(), until)
 
 
-def hand_back_all(qs: QueueQuerySet, held: list[tuple[Any, int]], me: str) -> int:
+def hand_back_all(qs: QueueQuerySetMixin, held: list[tuple[Any, int]], me: str) -> int:
     """Give back every (pk, token) ``me`` holds, unprocessed: one fenced UPDATE per claim
     (the rows of one "take" share its token), the attempts not counted."""
     by_token: dict[int, list[Any]] = defaultdict(list)
@@ -89,7 +90,7 @@ def hand_back_all(qs: QueueQuerySet, held: list[tuple[Any, int]], me: str) -> in
 # -- Views ------------------------------------------------------------------------------------
 
 
-class PeopleAdminMixin:
+class PeopleAdminMixin(QueueAdminBase):
     """The "take / my items" views of :class:`~django_dbqueue.admin.QueueAdminMixin`."""
 
     #: Seconds a person holds taken items before they go back to the queue.

@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from ..history import attempt_model, history_enabled
 from ..models import QUEUE_FIELDS
 from ..states import QueueState
+from .base import QueueAdminBase
 from .display import error_summary, traceback_html, when
 from .forms import RescheduleForm
 
@@ -51,7 +52,7 @@ def _time(field: str, label: Any) -> Callable[[Any, Any], str]:
     return column
 
 
-class RowAdminMixin:
+class RowAdminMixin(QueueAdminBase):
     """The change form's queue part; mixed into ``QueueAdminMixin``."""
 
     change_form_template = "admin/django_dbqueue/queue_change_form.html"

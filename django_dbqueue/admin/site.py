@@ -73,8 +73,8 @@ class QueueAttemptAdmin(ReadOnlyAdmin):
         "due",
         "claimed",
         "finished",
+        "error_text",
     )
-    fields += ("error_text",)
     readonly_fields = ("enqueued", "due", "claimed", "finished", "error_text")
 
     enqueued = _time("enqueued_at", _("enqueued at"))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .base import QueueBackend, run_quietly
+
+if TYPE_CHECKING:
+    from django.db.backends.mysql.base import DatabaseWrapper
 
 #: ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK.
 LOCK_CONFLICTS = frozenset({1205, 1213})
@@ -40,7 +43,7 @@ class MySQLBackend(QueueBackend):
         return _code(exc) in READ_ONLY
 
     def server_in_transaction(self) -> bool:
-        connection = self.connection
+        connection = cast("DatabaseWrapper", self.connection)
         with connection.cursor() as cursor:
             if connection.mysql_is_mariadb:
                 cursor.execute("SELECT @@in_transaction")

@@ -68,6 +68,7 @@ class PostgreSQLBackend(QueueBackend):
         queued = {getattr(entry[1], "dbqueue_table", None) for entry in connection.run_on_commit}
         for table in sorted(wanted - queued):
             send = partial(self._send, table)
+            # A partial takes attributes (typeshed's partial does not say so): the pending table.
             send.dbqueue_table = table  # type: ignore[attr-defined]
             transaction.on_commit(send, using=self.alias)
 

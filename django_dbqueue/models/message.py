@@ -132,7 +132,7 @@ class MessageQuerySet(QueueQuerySet):
         publishers insert one row. The count leaves out the keys that existed before; a key
         a concurrent publisher inserts in the same instant may be counted by both."""
         keys = {(m.kind, m.key) for m in messages if m.key is not None}
-        existing: set[tuple[str, str]] = set()
+        existing: set[tuple[str, str | None]] = set()
         if keys:
             kinds = {kind for kind, _ in keys}
             existing = {
@@ -199,7 +199,8 @@ class Message(QueueMixin):
     key = models.CharField(max_length=191, null=True, blank=True)
     payload = PayloadField(null=True, blank=True)
 
-    objects = MessageManager()
+    # Replaces QueueMixin's QueueManager: django-stubs cannot relate two from_queryset() classes.
+    objects = MessageManager()  # type: ignore[assignment, misc]
 
     class Meta(QueueMixin.Meta):
         app_label = "django_dbqueue"

@@ -31,7 +31,7 @@ def task_retry_policy(task_path: str) -> RetryPolicy:
     """A task's retry policy: its own (``django_dbqueue.tasks.retry``), else
     ``DBQUEUE_TASK_RETRY``, else none: like Django's own backends, a raising task ends
     FAILED unless retries were asked for."""
-    return TASK_RETRY_POLICIES.get(task_path) or settings.TASK_RETRY or NoRetry()  # type: ignore[return-value]
+    return TASK_RETRY_POLICIES.get(task_path) or settings.TASK_RETRY or NoRetry()
 
 
 class SettingsRetry:

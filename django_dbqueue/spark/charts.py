@@ -52,10 +52,12 @@ def _plot(ax: Axes, rows: Rows, value: Any, color: str, **style: Any) -> None:
     """One model's series: full periods as a line, partial ones as hollow markers of its colour."""
     full = [r for r in rows if not r["partial"]]
     edges = [r for r in rows if r["partial"]]
-    x = [parse_utc(r["minute"]) for r in full]
+    # Datetimes go through matplotlib's date converter; its stubs want numbers or arrays.
+    x: Any = [parse_utc(r["minute"]) for r in full]
+    x_edges: Any = [parse_utc(r["minute"]) for r in edges]
     ax.plot(x, [_number(value(r)) for r in full], linewidth=1, color=color, **style)
     ax.plot(
-        [parse_utc(r["minute"]) for r in edges],
+        x_edges,
         [_number(value(r)) for r in edges],
         linestyle="none",
         marker="o",
@@ -82,7 +84,7 @@ def _legend(fig: Figure, entries: list[tuple[str, dict[str, Any]]], bucket: int)
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], **style, label=label) for label, style in entries]
-    hollow = {"linestyle": "none", "marker": "o", "markerfacecolor": "none", "color": "grey"}
+    hollow: dict[str, Any] = {"linestyle": "none", "marker": "o", "markerfacecolor": "none", "color": "grey"}
     period = "minute" if bucket == 1 else f"{bucket}-minute bucket"
     handles.append(Line2D([], [], **hollow, label=f"partial first/last {period} (not joined)"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -37,7 +37,8 @@ def spark_type(f: db_models.Field) -> str | None:
     if internal == "FloatField":
         return "double"
     if internal == "DecimalField":
-        return f"decimal({f.max_digits},{f.decimal_places})"
+        decimal = cast(db_models.DecimalField, f)  # (or a subclass: the same internal type)
+        return f"decimal({decimal.max_digits},{decimal.decimal_places})"
     if internal == "DateTimeField":
         return "timestamp"
     if internal == "DateField":
@@ -47,9 +48,14 @@ def spark_type(f: db_models.Field) -> str | None:
     return None  # left as it is: the driver and the server convert
 
 
+def column_of(f: db_models.Field) -> str:
+    """A concrete field's column (the stubs allow None: fields without a column of their own)."""
+    return cast(str, f.column)
+
+
 def _by_name(model: type[QueueMixin]) -> dict[str, db_models.Field]:
     fields = model._meta.concrete_fields
-    return {f.name: f for f in fields} | {f.column: f for f in fields}
+    return {f.name: f for f in fields} | {column_of(f): f for f in fields}
 
 
 def unique_key_columns(model: type[QueueMixin], using: str) -> list[tuple[str, ...]]:
@@ -83,7 +89,7 @@ def key_fields(
         if name not in by_name:
             raise ImproperlyConfigured(f"{opts.label} has no field or column {name!r} (key_columns)")
         fields.append(by_name[name])
-    wanted = {f.column for f in fields}
+    wanted = {column_of(f) for f in fields}
     if not any(set(cols) == wanted for cols in unique_sets):
         cols = ", ".join(sorted(wanted))
         raise ImproperlyConfigured(
@@ -160,7 +166,7 @@ def fixed_values(
             continue
         if f.has_default():
             # A callable default is called once per run, not once per row.
-            fixed.append((f.column, "%s", [f.get_db_prep_save(f.get_default(), connection)]))
+            fixed.append((column_of(f), "%s", [f.get_db_prep_save(f.get_default(), connection)]))
         elif not f.null and not f.has_db_default():
             lacking.append(f.name)
     if lacking:

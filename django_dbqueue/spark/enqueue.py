@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -25,7 +26,7 @@ from ..backends import retry_on_lock_conflicts as retry_on_lock_errors
 from ..conf import settings
 from ..models import QueueMixin
 from ..query import check_priority as _check_priority
-from .columns import dataframe_fields, fixed_values, key_fields, spark_type
+from .columns import column_of, dataframe_fields, fixed_values, key_fields, spark_type
 from .read import jdbc_target, resolve_model
 from .session import Progress, check_utc
 
@@ -118,15 +119,15 @@ def enqueue_dataframe(
     for name, f in zip(df.columns, columns, strict=True):
         cast = spark_type(f)
         col = sf.col(f"`{name}`")
-        select.append((col.cast(cast) if cast else col).alias(f.column))
+        select.append((col.cast(cast) if cast else col).alias(column_of(f)))
     staged_df = df.select(*select)
     if num_partitions:
         staged_df = staged_df.coalesce(num_partitions)
 
     table = opts.db_table
     stage = f"dbqueue_stage_{uuid.uuid4().hex[:16]}"
-    col_list = ", ".join(qn(f.column) for f in columns)
-    pk = qn(opts.pk.column)
+    col_list = ", ".join(qn(column_of(f)) for f in columns)
+    pk = qn(column_of(opts.pk))
     t0 = time.monotonic()
     with connection.cursor() as cursor:
         # Same column types as the target, but no UNIQUE index and an id to chunk by. Not a
@@ -149,7 +150,7 @@ def enqueue_dataframe(
             nullable = [f for f in keys if f.null]
             if nullable and rows:
                 # NULLs never collide in a UNIQUE index: such rows would be inserted on every run.
-                where = " OR ".join(f"{qn(f.column)} IS NULL" for f in nullable)
+                where = " OR ".join(f"{qn(column_of(f))} IS NULL" for f in nullable)
                 cursor.execute(f"SELECT COUNT(*) FROM {qn(stage)} WHERE {where}")
                 (null_keys,) = cursor.fetchone()
                 if null_keys:
@@ -161,10 +162,10 @@ def enqueue_dataframe(
         stage_seconds = time.monotonic() - t0
         say(f"staged {rows} rows in {stage_seconds:.1f}s; inserting new keys into {table}")
 
-        insert_cols = [qn(f.column) for f in columns] + [qn(c) for c, _, _ in fixed]
-        select_exprs = [f"s.{qn(f.column)}" for f in columns] + [sql for _, sql, _ in fixed]
+        insert_cols = [qn(column_of(f)) for f in columns] + [qn(c) for c, _, _ in fixed]
+        select_exprs = [f"s.{qn(column_of(f))}" for f in columns] + [sql for _, sql, _ in fixed]
         fixed_params = [p for _, _, params in fixed for p in params]
-        join = " AND ".join(f"t.{qn(f.column)} = s.{qn(f.column)}" for f in keys)
+        join = " AND ".join(f"t.{qn(column_of(f))} = s.{qn(column_of(f))}" for f in keys)
         sql = (
             f"INSERT IGNORE INTO {qn(table)} ({', '.join(insert_cols)}) "
             f"SELECT {', '.join(select_exprs)} FROM {qn(stage)} s "
@@ -180,7 +181,7 @@ def enqueue_dataframe(
             end = start + batch_size - 1
             count, chunk_warnings = retry_on_lock_errors(
                 using,
-                lambda s=start, e=end: _insert_chunk(connection, sql, [*fixed_params, s, e]),
+                partial(_insert_chunk, connection, sql, [*fixed_params, start, end]),
                 "enqueue chunk",
             )
             inserted += count

@@ -135,6 +135,7 @@ def check_utc(spark: SparkSession) -> None:
     _python_utc()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     try:
+        # _jvm is None under Spark Connect: the AttributeError is the except below.
         jvm_zone = spark.sparkContext._jvm.java.util.TimeZone.getDefault().getID()  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - Spark Connect has no driver JVM to ask
         return

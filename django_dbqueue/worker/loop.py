@@ -21,8 +21,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from typing import cast
 
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
@@ -223,7 +224,7 @@ class Worker:
             if inspect.iscoroutinefunction(type(row).process):
                 # Run in this thread's event loop; the ORM calls it makes through
                 # sync_to_async come back to this thread, its connection and its transaction.
-                async_to_sync(row.process)()
+                async_to_sync(cast(Callable[[], Awaitable[None]], row.process))()
             elif inspect.isgeneratorfunction(type(row).process):
                 raise Discard(
                     f"{type(row).__name__}.process() is a generator function: calling it runs nothing"

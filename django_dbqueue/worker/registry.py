@@ -6,18 +6,24 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from django.apps import apps
 from django.db import DatabaseError
 
 from ..backends import DbNow
 
+if TYPE_CHECKING:
+    from django.db.models import Model
 
-def _table() -> type:
+    from ..models import WorkerProcess
+
+
+def _table() -> type[WorkerProcess]:
     return apps.get_model("django_dbqueue", "WorkerProcess")
 
 
-def register(worker_id: str, queue_models: Sequence[type], using: str) -> None:
+def register(worker_id: str, queue_models: Sequence[type[Model]], using: str) -> None:
     _table()._default_manager.using(using).update_or_create(
         worker_id=worker_id,
         defaults={

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
@@ -10,11 +11,16 @@ from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from ..history import history_enabled
 
+if TYPE_CHECKING:
+    from django.db.models import Model
 
-def check_tables(models: Sequence[type], database: str | None = None) -> None:
+    from ..models import QueueMixin
+
+
+def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None) -> None:
     """Fail fast, with the fix in the message, when a queue table (or one of the tables the
     app writes beside it) was never migrated."""
-    needed: list[type] = [*models, apps.get_model("django_dbqueue", "WorkerProcess")]
+    needed: list[type[Model]] = [*models, apps.get_model("django_dbqueue", "WorkerProcess")]
     if any(history_enabled(model) for model in models):
         needed.append(apps.get_model("django_dbqueue", "QueueAttempt"))
     for model in needed:
@@ -26,5 +32,5 @@ def check_tables(models: Sequence[type], database: str | None = None) -> None:
             )
 
 
-def has_queue_column(model: type) -> bool:
+def has_queue_column(model: type[Model]) -> bool:
     return any(f.name == "queue" for f in model._meta.concrete_fields)

@@ -9,10 +9,11 @@ from typing import Any
 from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router, transaction
+from django.db.models import QuerySet
 
 from django_dbqueue.backends import db_now_plus
 from django_dbqueue.management.arguments import duration, pause_seconds, whole_number
-from django_dbqueue.models import ArchivedMessage, Message, QueueAttempt, TaskRecord
+from django_dbqueue.models import ArchivedMessage, Message, QueueAttempt, QueueMixin, TaskRecord
 from django_dbqueue.states import QueueState
 
 #: Models whose rows belong to the queue itself. Domain rows (an Order) are never deleted.
@@ -77,7 +78,7 @@ class Command(BaseCommand):
         if options["older_than"] is not None:
             for model in models:
                 using = options["database"] or router.db_for_write(model)
-                rows = model._base_manager.using(using).filter(
+                rows: QuerySet[Any] = model._base_manager.using(using).filter(
                     queue_state__in=states, queue_finished_at__lt=db_now_plus(-options["older_than"])
                 )
                 archive = options["archive"] and model is Message
@@ -94,7 +95,7 @@ class Command(BaseCommand):
                 f"QueueAttempt: {done} attempt(s) {'deleted' if not options['dry_run'] else 'to purge'}"
             )
 
-    def _models(self, labels: list[str]) -> list[type]:
+    def _models(self, labels: list[str]) -> list[type[QueueMixin]]:
         if not labels:
             return list(OWNED)
         found = []

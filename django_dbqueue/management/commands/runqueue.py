@@ -70,11 +70,11 @@ class Command(BaseCommand):
         A worker started before its database must wait for it (the supervisor does), not die
         here: if the database does not answer, run the checks that do not need it."""
         try:
-            super().check(*args, databases=databases, **kwargs)
+            super().check(*args, **{**kwargs, "databases": databases})
         except (OperationalError, InterfaceError):
             if databases:
                 raise
-            super().check(*args, databases=[], **kwargs)
+            super().check(*args, **{**kwargs, "databases": []})
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
