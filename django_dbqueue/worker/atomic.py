@@ -51,6 +51,8 @@ def run_atomic(batch: Batch) -> None:
             _one(batch, chunk[0])
         else:
             _group(batch, chunk)
+        if batch.abandoned:
+            return
 
 
 def _one(batch: Batch, row: QueueMixin) -> None:
@@ -74,6 +76,8 @@ def _one(batch: Batch, row: QueueMixin) -> None:
             batch.after_commit_error(row, exc)
             return
         error = batch.rolled_back(exc)
+    if batch.left_in_transaction([row]):
+        return
     if lost:
         batch.lost(row)
     elif error is not None:
@@ -114,6 +118,8 @@ def _group(batch: Batch, chunk: list[QueueMixin]) -> None:
                 batch.fail(row, error)
             else:
                 batch.lost(row)
+        return
+    if batch.left_in_transaction(chunk):
         return
     for row in chunk:
         if row.pk not in held:
