@@ -70,6 +70,16 @@ def good_done(models: list[Any], good: dict[str, set[int]]) -> int:
     )
 
 
+def sessions(connection: Any) -> int:
+    """The sessions open on this scenario's database (the workers' and this process's)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        else:
+            cursor.execute("SELECT COUNT(*) FROM information_schema.processlist WHERE db = DATABASE()")
+        return int(cursor.fetchone()[0])
+
+
 def run(scenario: Any, rows: int, lease: float, timeout: float, workdir: Path) -> dict[str, Any]:
     import django
     from django.core.management import call_command
@@ -109,8 +119,11 @@ def run(scenario: Any, rows: int, lease: float, timeout: float, workdir: Path) -
             with servers.read_only(scenario.server, connection.settings_dict["NAME"]):
                 time.sleep(READ_ONLY_FOR)
             result["read_only_for"] = READ_ONLY_FOR
+        peak = 0
         while unfinished(models) and time.monotonic() < deadline:
+            peak = max(peak, sessions(connection))
             time.sleep(0.2)
+        result["peak_sessions"] = peak
     finally:
         connections.close_all()
         proc.send_signal(signal.SIGTERM)
@@ -145,6 +158,7 @@ def run(scenario: Any, rows: int, lease: float, timeout: float, workdir: Path) -
         "lines": text.count("\n"),
         "tracebacks": text.count("Traceback"),
         "replaced": text.count("replacing it"),
+        "workers_started": text.count(" consuming "),
         "read_only_lines": text.count("read-only"),
         "too_many_connections": text.count("Too many connections"),
         "warning": next((line for line in text.splitlines() if line.startswith("Warning:")), ""),

@@ -53,6 +53,14 @@ class Counts:
         return {**self.__dict__, "passed": self.passed}
 
 
+def summary(error: str) -> str:
+    """A stored reason in one short line: a traceback by its first and last lines."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    if len(lines) > 2 and "Traceback" in error:
+        return f"{lines[0][:90]} ... {lines[-1][:110]}"
+    return " ".join(" ".join(lines).split())[:160]
+
+
 def count(
     rows: list[Row],
     good: dict[str, set[int]],
@@ -102,7 +110,7 @@ def count(
                 counts.stuck += 1
             if kind in atomic and runs[(kind, pk)] > 1:
                 counts.doubled += 1
-            reason = " ".join(row.error.split())[:160]
+            reason = summary(row.error)
             counts.poison[kind] = f"{row.state.upper()} ({row.attempts} attempts): {reason}"
     if every_good_finished and last_finish is not None and fault_at is not None:
         counts.recovery = round(max((last_finish - fault_at).total_seconds(), 0.0), 2)

@@ -16,7 +16,8 @@ COLUMNS = (
     "Max attempts (good)",
     "Recovery s",
     "Poison row: lease / atomic",
-    "Worker exits",
+    "Workers replaced / tracebacks",
+    "Notes",
     "Result",
 )
 
@@ -30,13 +31,27 @@ def _poison(result: dict[str, Any]) -> str:
     )
 
 
+def notes(result: dict[str, Any]) -> str:
+    log = result.get("log", {})
+    said = [f"drain {result['drain']} s"] if result.get("drain") is not None else []
+    if result.get("read_only_for"):
+        lines = log.get("read_only_lines", 0)
+        said.append(f"read-only {result['read_only_for']:g} s, {lines} read-only log lines")
+    if result["scenario"]["concurrency"] > 4:
+        started, peak = log.get("workers_started", 0), result.get("peak_sessions")
+        said.append(f"{started} workers started, peak {peak} sessions")
+        said.append(f"{log.get('too_many_connections', 0)} 'Too many connections'")
+        said.append("start-up warning" if log.get("warning") else "no start-up warning")
+    return ", ".join(said)
+
+
 def row(result: dict[str, Any]) -> list[str]:
     scenario = result["scenario"]
     first = [f"{scenario['key']}: {scenario['title']}", scenario["server"]]
     if result.get("not_applicable"):
-        return [*first, *["n/a"] * 9, str(result["not_applicable"])[:200].replace("|", "\\|"), "n/a"]
+        return [*first, *["n/a"] * 10, str(result["not_applicable"])[:200].replace("|", "\\|"), "n/a"]
     if result.get("error"):
-        return [*first, *["?"] * 10, "ERROR (see log)"]
+        return [*first, *["?"] * 11, "ERROR (see log)"]
     log = result.get("log", {})
     return [
         *first,
@@ -49,7 +64,8 @@ def row(result: dict[str, Any]) -> list[str]:
         str(result["most_attempts"]),
         "not recovered" if result["recovery"] is None else f"{result['recovery']:.1f}",
         _poison(result),
-        f"{log.get('replaced', 0)} replaced",
+        f"{log.get('replaced', 0)} / {log.get('tracebacks', 0)}",
+        notes(result),
         "pass" if result["passed"] else "**FAIL**",
     ]
 
