@@ -17,7 +17,7 @@ help:
 	@echo "make test      - the whole test suite on MariaDB, PostgreSQL and SQLite (+ lint, checks), and"
 	@echo "                 smoke runs on Django 5.2 LTS and 6.0 on MariaDB and PostgreSQL (make test-django-52)"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
-	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~5 min)"
+	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
 
