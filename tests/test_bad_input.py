@@ -25,7 +25,7 @@ from django_dbqueue.models import Message, QueueAttempt
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from django_dbqueue.worker.leaks import LeakedTransaction
-from tests.conftest import wait_until
+from tests.conftest import ledger_runs, wait_until
 from tests.testapp import models as testapp
 from tests.testapp.models import HostileAtomicJob, HostileJob, Job, Ledger
 
@@ -432,16 +432,47 @@ def test_a_read_only_database_is_waited_out_with_a_clear_line(caplog) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_atomic_handler_that_leaves_atomic_open_commits_nothing_and_fails(monkeypatch) -> None:
-    from tests.testapp.models import AtomicJob
+@pytest.mark.parametrize("grouped, first_run_successes", [(False, 1), (True, 0)], ids=["one", "group"])
+def test_an_atomic_handler_that_leaves_atomic_open_fails_and_holds_no_lock(
+    monkeypatch, grouped, first_run_successes
+) -> None:
+    # The fault table (tests/chaos/faults, e1): the worker's own atomic() closed the handler's
+    # block instead, its transaction never ended and kept the batch's rows locked for good.
+    # In a group nothing commits and every row runs again alone (one of them did it).
+    from tests.testapp.models import AtomicJob, GroupedAtomicJob
 
+    AtomicJob = GroupedAtomicJob if grouped else AtomicJob  # noqa: N806
     monkeypatch.setitem(testapp.HANDLER_HOOKS, "leak", _enter_atomic_and_stay)
-    AtomicJob.objects.bulk_create([AtomicJob(name="ok"), AtomicJob(name="leak"), AtomicJob(name="ok")])
-    worker = _drain_in_a_thread(AtomicJob, batch_size=3)
+    AtomicJob.objects.bulk_create([AtomicJob(name=name) for name in ("ok", "leak", "ok", "ok")])
+    worker = _drain_in_a_thread(AtomicJob, batch_size=4)
     assert isinstance(worker.fatal, LeakedTransaction)
     leaked = AtomicJob.objects.get(name="leak")
     assert leaked.queue_state == QueueState.READY and "did not leave it" in leaked.queue_last_error
-    assert not Ledger.objects.filter(kind="AtomicJob", job_id=leaked.pk).exists()  # nothing committed
+    assert not Ledger.objects.filter(kind="AtomicJob", job_id=leaked.pk).exists()  # rolled back
     assert not AtomicJob.objects.filter(queue_state=QueueState.RUNNING).exists()
-    _in_a_thread(lambda: Worker(models=[AtomicJob], burst=True, handle_signals=False, max_jobs=2).run())
-    assert AtomicJob.objects.filter(name="ok", queue_state=QueueState.SUCCEEDED).count() == 2
+    ok = AtomicJob.objects.filter(name="ok", queue_state=QueueState.SUCCEEDED)
+    assert ok.count() == first_run_successes
+    # The rows given back are not locked by a transaction left open: a new worker takes them.
+    monkeypatch.delitem(testapp.HANDLER_HOOKS, "leak")
+    _in_a_thread(lambda: Worker(models=[AtomicJob], burst=True, handle_signals=False).run())
+    assert AtomicJob.objects.filter(name="ok", queue_state=QueueState.SUCCEEDED).count() == 3
+    assert all(n == 1 for n in ledger_runs(AtomicJob).values())  # nothing committed twice
+
+
+def _close_driver_connection(row: object) -> None:
+    connection.connection.close()  # under Django's feet, as a hostile handler would
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_handler_that_closes_its_connection_costs_a_reconnect_not_the_worker(monkeypatch) -> None:
+    # The fault table (tests/chaos/faults, c1): closing the dead connection again raised out of
+    # the outage path, and the worker process died with a traceback.
+    if connection.vendor == "sqlite":
+        pytest.skip("an SQLite connection closed by the handler is not an outage")
+    monkeypatch.setitem(testapp.HANDLER_HOOKS, "close", _close_driver_connection)
+    Job.objects.bulk_create([Job(name="close"), Job(name="ok")])
+    worker = _drain_in_a_thread(Job, batch_size=2)  # returns: it reconnected, not crashed
+    assert worker.fatal is None
+    # Nothing is lost: the batch it dropped waits for its lease (the rescue brings it back).
+    states = set(Job.objects.values_list("queue_state", flat=True))
+    assert states <= {QueueState.RUNNING, QueueState.SUCCEEDED} and Job.objects.count() == 2

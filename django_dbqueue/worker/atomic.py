@@ -14,7 +14,6 @@ from django.db import DatabaseError, transaction
 from django.db.transaction import TransactionManagementError
 
 from .. import claims, outcomes
-from . import leaks
 from .sizing import atomic_group
 
 if TYPE_CHECKING:
@@ -48,17 +47,11 @@ def run_atomic(batch: Batch) -> None:
         # From here the row lock keeps the rows, not the lease: renewing them would wait
         # for that lock.
         batch.worker.keeper.forget(batch.claim, [row.pk for row in chunk])
-        succeeded = batch.stats.succeeded
         if len(chunk) == 1:
             _one(batch, chunk[0])
         else:
             _group(batch, chunk)
-        leak = None if batch.worker.in_transaction else leaks.left_open(batch.claim.using)
-        if leak is not None:
-            # An atomic() the handler never left kept the job's transaction open past its
-            # end: nothing of it committed. Fail the chunk and stop (see leaks.py).
-            batch.stats.succeeded = succeeded
-            batch.leaked(chunk, leak, batch.rows[start + group :])
+        if batch.abandoned:
             return
 
 
@@ -83,6 +76,8 @@ def _one(batch: Batch, row: QueueMixin) -> None:
             batch.after_commit_error(row, exc)
             return
         error = batch.rolled_back(exc)
+    if batch.left_in_transaction([row]):
+        return
     if lost:
         batch.lost(row)
     elif error is not None:
@@ -123,6 +118,8 @@ def _group(batch: Batch, chunk: list[QueueMixin]) -> None:
                 batch.fail(row, error)
             else:
                 batch.lost(row)
+        return
+    if batch.left_in_transaction(chunk):
         return
     for row in chunk:
         if row.pk not in held:

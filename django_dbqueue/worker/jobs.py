@@ -41,6 +41,7 @@ class Batch:
         self.rows = rows
         self.claim = claim
         self.stats = worker.stats
+        self.abandoned = False  # this connection is beyond use: the rest was given back
 
     def run(self) -> None:
         if self.model.queue_atomic:
@@ -126,20 +127,36 @@ class Batch:
         self.worker.fatal = leak
         return False
 
-    def leaked(self, chunk: list[QueueMixin], leak: leaks.LeakedTransaction, rest: list[QueueMixin]) -> None:
-        """Atomic mode: a handler of ``chunk`` left the job's transaction open, so none of it
-        committed. The connection is closed (the server rolls back), the chunk fails and the
-        rest goes back on a fresh connection, and the worker stops."""
-        logger.error("%s pk=%s: %s", self.model._meta.label, ", ".join(str(row.pk) for row in chunk), leak)
-        leaks.restore(self.claim.using)
+    def left_in_transaction(self, rows: list[QueueMixin]) -> bool:
+        """Atomic mode: a handler entered ``atomic()`` and did not leave it, so the worker's
+        own block closed the handler's instead and the job's transaction never ended: its
+        outcome and every later statement would sit in it, holding the rows' locks. Nothing of
+        it committed. The connection is closed (the server rolls it all back); on a fresh one
+        the job fails (a group's rows run again alone: one of them did it) and the rest of the
+        batch is given back; the worker stops (its supervisor starts a new process)."""
+        leak = None if self.worker.in_transaction else leaks.left_open(self.claim.using)
+        if leak is None:
+            return False
+        logger.error("%s pk=%s: %s", self.model._meta.label, ", ".join(str(row.pk) for row in rows), leak)
+        usable = leaks.restore(self.claim.using)
+        rest = self.rows[self.rows.index(rows[-1]) + 1 :]
 
         def write() -> None:
-            for row in chunk:
-                self.fail(row, leak)
+            if len(rows) == 1:
+                self.fail(rows[0], leak)
+            else:
+                for row in rows:
+                    outcomes.requeue_alone(row, self.claim, leak)
+                self.stats.failed += len(rows)
             self.release(rest)
 
-        leaks.on_a_fresh_connection(write)
-        self.worker.fatal = leak
+        if usable:
+            write()
+        else:
+            leaks.on_a_fresh_connection(write)
+            self.worker.fatal = leak
+        self.abandoned = True
+        return True
 
     # -- outcomes ----------------------------------------------------------------------------
 

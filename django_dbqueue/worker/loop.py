@@ -163,7 +163,7 @@ class Worker:
                 self._maybe_rescue()
                 did_work = False
                 for model in self.models:
-                    if self.stopping or self._quota_left() == 0:
+                    if self.stopping or self.fatal is not None or self._quota_left() == 0:
                         break
                     qs = model.queue_queryset(self.db_for(model))
                     if self.queues:

@@ -34,6 +34,17 @@ def is_outage(exc: DatabaseError, databases: Iterable[str]) -> bool:
     return any(backend_for(alias).is_read_only(exc) for alias in databases)
 
 
+def close_connections() -> None:
+    """Close this thread's connections. One that a handler closed under Django's feet
+    (``connection.connection.close()``) raises as Django closes it again; Django has let go of
+    it all the same, and the others must still be closed."""
+    for connection in connections.all(initialized_only=True):
+        try:
+            connection.close()
+        except DatabaseError:
+            pass
+
+
 def wait_it_out(worker: Worker, exc: DatabaseError, failures: int) -> None:
     pause = min(0.25 * 2**failures, LONGEST_PAUSE) * random.uniform(0.5, 1.5)
     if any(backend_for(alias).is_read_only(exc) for alias in worker.databases()):
@@ -46,7 +57,7 @@ def wait_it_out(worker: Worker, exc: DatabaseError, failures: int) -> None:
         )
     else:
         logger.warning("worker %s: database error (%s); reconnecting in %.1fs", worker.worker_id, exc, pause)
-    connections.close_all()
+    close_connections()
     worker.stopping_event.wait(pause)
     try:
         # A queue table that is gone is a set-up error, not an outage (SQLite reports it as

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.db import models, transaction
+from django.db import connections, models, transaction
 
 from django_dbqueue.exceptions import Discard
 from django_dbqueue.models import QueueMixin
@@ -278,6 +278,8 @@ class HostileBase(QueueMixin):
 
     def process(self) -> None:
         Ledger.objects.create(kind=type(self).__name__, job_id=self.pk, attempt=self.queue_attempts)
+        if self.action in FAULTS:  # the fault table's hostile handlers (tests/chaos/faults)
+            FAULTS[self.action](self)
         if self.action == "exit":
             raise SystemExit(3)
         if self.action == "interrupt":
@@ -293,6 +295,56 @@ class HostileBase(QueueMixin):
             # A handler that trusts its JSON: data must be an object with an integer "n".
             if not isinstance(self.data, dict) or not isinstance(self.data.get("n"), int):
                 raise Discard(f"unusable payload: {str(self.data)[:100]!r}")
+
+
+def _slow(row: HostileBase) -> None:
+    time.sleep(float(row.data.get("sleep", 0)) if isinstance(row.data, dict) else 0)
+
+
+def _segfault(row: HostileBase) -> None:
+    import ctypes
+
+    ctypes.string_at(0)  # reads address 0: SIGSEGV, no Python clean-up
+
+
+def _close_connection(row: HostileBase) -> None:
+    # Hostile on purpose: the handler closes the driver connection under Django's feet.
+    connections[row._state.db or "default"].connection.close()
+
+
+def _kill_session(row: HostileBase) -> None:
+    """The server ends the handler's own session, asked from a second connection."""
+    alias = row._state.db or "default"
+    own = connections[alias]
+    with own.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()" if own.vendor == "postgresql" else "SELECT CONNECTION_ID()")
+        (session,) = cursor.fetchone()
+    other = connections.create_connection(alias)
+    try:
+        with other.cursor() as cursor:
+            if own.vendor == "postgresql":
+                cursor.execute("SELECT pg_terminate_backend(%s)", [session])
+            else:
+                cursor.execute(f"KILL CONNECTION {int(session)}")
+    finally:
+        other.close()
+
+
+def _raw_begin(row: HostileBase) -> None:
+    with connections[row._state.db or "default"].cursor() as cursor:
+        cursor.execute("BEGIN")
+
+
+#: Hostile handlers of the fault table (tests/chaos/faults), by action.
+FAULTS: dict[str, Callable[[HostileBase], None]] = {
+    "slow": _slow,
+    "segfault": _segfault,
+    "close-connection": _close_connection,
+    "kill-session": _kill_session,
+    "leak-atomic": lambda row: transaction.atomic(using=row._state.db).__enter__(),
+    "leak-autocommit": lambda row: transaction.set_autocommit(False, using=row._state.db),
+    "leak-begin": _raw_begin,
+}
 
 
 class HostileJob(HostileBase):
