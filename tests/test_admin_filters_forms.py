@@ -95,7 +95,8 @@ def test_an_invalid_filter_is_named_at_the_top_and_turns_actions_off(
     html = response.content.decode()
     assert response.status_code == 200
     errors = html.index('id="dbqueue-filter-errors"')
-    assert errors < html.index('id="changelist-filter"') < html.index('id="changelist-search"')
+    # Above the search bar and the filters (Django 5.2 and 6.x order those two differently).
+    assert errors < html.index('id="changelist-filter"') and errors < html.index('id="changelist-search"')
     assert "was not applied: Enter a valid date." in html
     assert response.context["action_form"] is None and 'name="action"' not in html
     assert 'id="dbqueue-take-form"' not in html
