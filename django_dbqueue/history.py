@@ -49,13 +49,12 @@ def attempt_for(
     finished_at: datetime,
     error: str = "",
     worker_id: str = "",
-    attempt: int | None = None,
 ) -> dict[str, Any]:
     """The field values of the QueueAttempt row of ``row``'s current attempt."""
     return {
         "model": row._meta.label,
         "object_id": str(row.pk),
-        "attempt": row.queue_attempts if attempt is None else attempt,
+        "attempt": row.queue_attempts,
         "worker_id": worker_id or row.queue_locked_by or "",
         "enqueued_at": row.queue_enqueued_at,
         "due_at": row.queue_run_at,

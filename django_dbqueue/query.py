@@ -218,12 +218,27 @@ class QueueQuerySetMixin(_QuerySetBase):
         }
         if priority is not None:
             values["queue_priority"] = check_priority(priority)
-        return self._notified(self.exclude(queue_state=QueueState.RUNNING).update(**values))
+        return self._notified(self.not_running().update(**values))
 
     def _notified(self, count: int) -> int:
         if count:
             backend_for(self.db).notify([self.model._meta.db_table])
         return count
+
+    # -- what each bulk operation may touch (the admin shows the same sets before it acts) --
+
+    def not_running(self) -> models.QuerySet:
+        """Rows a bulk operation may change: a RUNNING row is its worker's until its outcome."""
+        return self.exclude(queue_state=QueueState.RUNNING)
+
+    def retryable(self) -> models.QuerySet:
+        return self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED))
+
+    def reschedulable(self) -> models.QuerySet:
+        return self.filter(queue_state=QueueState.READY)
+
+    def cancellable(self) -> models.QuerySet:
+        return self.filter(queue_state__in=(QueueState.READY, QueueState.IDLE))
 
     # -- bulk operations (one UPDATE each) ---------------------------------------------------
 
@@ -234,7 +249,7 @@ class QueueQuerySetMixin(_QuerySetBase):
         # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
         # CASE placed after `queue_state = 'ready'` would see the new state.
         return self._notified(
-            self.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)).update(
+            self.retryable().update(
                 queue_attempts=Case(
                     When(queue_state=QueueState.FAILED, then=Value(0)),
                     default=F("queue_attempts"),
@@ -249,19 +264,17 @@ class QueueQuerySetMixin(_QuerySetBase):
 
     def reprioritize(self, priority: int) -> int:
         """Set the priority (higher runs first) of every row that is not RUNNING."""
-        return self.exclude(queue_state=QueueState.RUNNING).update(queue_priority=check_priority(priority))
+        return self.not_running().update(queue_priority=check_priority(priority))
 
     def reschedule(self, run_at: datetime | timedelta) -> int:
         """Move READY rows to ``run_at`` (a datetime, or a delay from the database's now)."""
         if run_at is None:
             raise ValueError("reschedule() needs a datetime or a timedelta")
-        return self.filter(queue_state=QueueState.READY).update(queue_run_at=run_at_expression(run_at))
+        return self.reschedulable().update(queue_run_at=run_at_expression(run_at))
 
     def cancel(self) -> int:
         """Cancel READY (and IDLE) rows; running and finished rows are left as they are."""
-        return self.filter(queue_state__in=(QueueState.READY, QueueState.IDLE)).update(
-            queue_state=QueueState.CANCELLED, queue_finished_at=DbNow()
-        )
+        return self.cancellable().update(queue_state=QueueState.CANCELLED, queue_finished_at=DbNow())
 
     # -- recovery ---------------------------------------------------------------------------
 

@@ -62,7 +62,7 @@ def _delete(qs: QueueQuerySetMixin, form: Any) -> int:
 
 BULK = {
     "dbqueue_retry_now": Bulk(
-        scope=lambda qs: qs.filter(queue_state__in=(QueueState.READY, QueueState.FAILED)),
+        scope=lambda qs: qs.retryable(),
         run=lambda qs, form: qs.retry_now(),
         title=_("Retry now"),
         intro=_("Make the items due now (failed items start over with a fresh attempt budget)."),
@@ -71,7 +71,7 @@ BULK = {
         applies=_("ready or failed"),
     ),
     "dbqueue_reprioritize": Bulk(
-        scope=lambda qs: qs.exclude(queue_state=QueueState.RUNNING),
+        scope=lambda qs: qs.not_running(),
         run=lambda qs, form: qs.reprioritize(form.cleaned_data["priority"]),
         title=_("Change priority"),
         intro=_("Set the priority of the items (running items keep theirs)."),
@@ -81,7 +81,7 @@ BULK = {
         form=PriorityForm,
     ),
     "dbqueue_reschedule": Bulk(
-        scope=lambda qs: qs.filter(queue_state=QueueState.READY),
+        scope=lambda qs: qs.reschedulable(),
         run=lambda qs, form: qs.reschedule(form.target()),
         title=_("Reschedule"),
         intro=_("Move the ready items to a date, or by a delay from now."),
@@ -91,7 +91,7 @@ BULK = {
         form=RescheduleForm,
     ),
     "dbqueue_cancel": Bulk(
-        scope=lambda qs: qs.filter(queue_state__in=(QueueState.READY, QueueState.IDLE)),
+        scope=lambda qs: qs.cancellable(),
         run=lambda qs, form: qs.cancel(),
         title=_("Cancel"),
         intro=_("Cancel the items that are waiting (ready or idle)."),
@@ -109,7 +109,7 @@ BULK = {
         applies=_("finished, failed, cancelled or idle"),
     ),
     "dbqueue_delete": Bulk(
-        scope=lambda qs: qs.exclude(queue_state=QueueState.RUNNING),
+        scope=lambda qs: qs.not_running(),
         run=_delete,
         title=_("Delete"),
         intro=_("Delete the items for good? Running items are kept."),

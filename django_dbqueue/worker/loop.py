@@ -15,6 +15,7 @@ wake-up listener, no closing of connections.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -221,11 +222,12 @@ class Worker:
             if self.alarm:
                 signal.setitimer(signal.ITIMER_REAL, float(timeout))
         try:
-            if inspect.iscoroutinefunction(type(row).process):
+            kind = handler_kind(type(row))
+            if kind == "async":
                 # Run in this thread's event loop; the ORM calls it makes through
                 # sync_to_async come back to this thread, its connection and its transaction.
                 async_to_sync(cast(Callable[[], Awaitable[None]], row.process))()
-            elif inspect.isgeneratorfunction(type(row).process):
+            elif kind == "generator":
                 raise Discard(
                     f"{type(row).__name__}.process() is a generator function: calling it runs nothing"
                 )
@@ -297,3 +299,11 @@ class Worker:
         self._next_rescue = now + settings.RESCUE_INTERVAL
         for model in self.models:
             self.stats.rescued += model.queue_queryset(self.db_for(model)).rescue_expired()
+
+
+@functools.cache
+def handler_kind(model: type[QueueMixin]) -> str:
+    """How ``model.process`` is called, asked once per model rather than once per job."""
+    if inspect.iscoroutinefunction(model.process):
+        return "async"
+    return "generator" if inspect.isgeneratorfunction(model.process) else "plain"
