@@ -69,3 +69,36 @@ def test_relative_links_point_at_files_in_the_repository(page: Path) -> None:
         if not (page.parent / target).exists():
             missing.append(target)
     assert not missing, f"{page.name} links files that do not exist: {missing}"
+
+
+def _reference(name: str) -> str:
+    return (ROOT / "docs" / "reference" / name).read_text()
+
+
+def test_every_system_check_is_in_the_reference() -> None:
+    source = "".join(path.read_text() for path in (ROOT / "django_dbqueue").rglob("*.py"))
+    ids = set(re.findall(r"django_dbqueue\.[EW]\d{3}", source))
+    assert ids >= {"django_dbqueue.E001", "django_dbqueue.W020"}
+    assert not {i for i in ids if f"`{i}`" not in _reference("checks.md")}
+
+
+def test_every_setting_is_in_the_reference() -> None:
+    from django_dbqueue.conf import PREFIX, Setting, settings
+
+    names = [PREFIX + name for name, value in vars(type(settings)).items() if isinstance(value, Setting)]
+    assert "DBQUEUE_LEASE" in names
+    assert not [name for name in names if f"`{name}`" not in _reference("settings.md")]
+
+
+@pytest.mark.parametrize("command", ["runqueue", "purgequeue", "queuereport", "queue_spark_enqueue"])
+def test_every_command_option_is_in_the_reference(command: str) -> None:
+    from django.core.management import load_command_class
+    from django.core.management.base import BaseCommand
+
+    ours = load_command_class("django_dbqueue", command).create_parser("manage.py", command)
+    django_own = BaseCommand().create_parser("manage.py", "x")
+    common = {option for action in django_own._actions for option in action.option_strings}
+    options = {o for a in ours._actions for o in a.option_strings if o.startswith("--")} - common
+    assert options
+    text = _reference("commands.md")
+    assert not [o for o in options if f"`{o}" not in text]
