@@ -18,6 +18,6 @@ for candidate in ${PYTHON:-} python3.13 python3.12 python3; do
     fi
   done
 done
-echo "no Python >= 3.12 found: install python3.12 (apt-get install python3.12 python3.12-venv)," \
-     "use pyenv, or name one: make example PYTHON=/path/to/python3.12" >&2
+echo "no Python >= 3.12 found: install one (your distribution's python3.12 package, pyenv, uv, python.org)" \
+     "or name one: make example PYTHON=/path/to/python3.12" >&2
 exit 1
