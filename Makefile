@@ -44,7 +44,7 @@ services:
 test: venv services lint check docs package test-mariadb test-postgresql test-sqlite test-django
 
 lint: venv
-	$(VENV)/bin/ruff check django_dbqueue tests example_project $(wildcard bench)
+	$(VENV)/bin/ruff check django_dbqueue tests example_project docs $(wildcard bench)
 	DATABASE_URL=$(SQLITE_URL) $(VENV)/bin/mypy django_dbqueue
 
 check: venv

@@ -34,7 +34,7 @@ django.setup()
 
 project = "django_dbqueue"
 author = "django_dbqueue contributors"
-copyright = "2026, django_dbqueue contributors"  # noqa: A001 - Sphinx's name for it
+copyright = "2026, django_dbqueue contributors"
 
 extensions = ["myst_parser", "sphinx.ext.autodoc"]
 source_suffix = {".md": "markdown"}

@@ -10,6 +10,12 @@ rm -rf "$dist" build
 "$py" -m build --outdir "$dist" . >/dev/null
 "$py" -m twine check --strict "$dist"/*
 wheel=$(ls "$dist"/*.whl)
+sdist_files=$(tar tzf "$dist"/*.tar.gz)
+for wanted in LICENSE CHANGELOG.md README.md django_dbqueue/py.typed django_dbqueue/migrations/0001_initial.py; do
+  grep -q "/$wanted\$" <<<"$sdist_files" || { echo "the sdist lacks $wanted" >&2; exit 1; }
+done
+grep -q "django_dbqueue/templates/admin/django_dbqueue/dashboard.html" <<<"$(unzip -l "$wheel")" \
+  || { echo "the wheel lacks the admin templates" >&2; exit 1; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -26,4 +32,6 @@ print(f"django_dbqueue from {django_dbqueue.__file__} on Python {sys.version.spl
 PY
 "$work/venv/bin/python" -m django check --settings example_project.settings --fail-level WARNING
 "$work/venv/bin/python" manage.py migrate -v0
-"$work/venv/bin/python" manage.py shopdemo --orders 200
+"$work/venv/bin/python" manage.py shopdemo --orders 200 | tee "$work/drain.txt"
+# Every order of the short drain ends SUCCEEDED (the demo's blocked customer gets every 1000th).
+grep -q "Succeeded  200" "$work/drain.txt" || { echo "the example did not drain from the wheel" >&2; exit 1; }

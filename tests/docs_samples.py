@@ -26,7 +26,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-MARKER = re.compile(r"<!--\s*sample:\s*(?P<how>[a-z]+)(?::\s*|\s+)?(?P<arg>.*?)\s*(?:;\s*prints:\s*(?P<prints>.*?))?\s*-->")
+MARKER = re.compile(
+    r"<!--\s*sample:\s*(?P<how>[a-z]+)(?::\s*|\s+)?(?P<arg>.*?)\s*(?:;\s*prints:\s*(?P<prints>.*?))?\s*-->"
+)
 FENCE = re.compile(r"^```(?P<lang>[a-z]*)[^\n]*\n(?P<body>.*?)^```", re.S | re.M)
 
 
@@ -50,13 +52,17 @@ def samples(text: str) -> list[Sample]:
         before = text[: fence.start()].rstrip().rsplit("\n", 1)[-1]
         marker = MARKER.fullmatch(before.strip())
         if marker is None:
-            raise ValueError(f"line {line}: a {fence.group('lang')} block without a <!-- sample: ... --> comment")
+            raise ValueError(
+                f"line {line}: a {fence.group('lang')} block without a <!-- sample: ... --> comment"
+            )
         how, arg = marker.group("how"), marker.group("arg").strip()
         if how not in ("file", "append", "shell", "sh", "skip"):
             raise ValueError(f"line {line}: unknown sample kind {how!r}")
         if how == "skip" and (fence.group("lang") != "sh" or not arg):
             raise ValueError(f"line {line}: only sh blocks may be skipped, and with a reason")
-        found.append(Sample(how, arg, marker.group("prints") or "", fence.group("lang"), fence.group("body"), line))
+        found.append(
+            Sample(how, arg, marker.group("prints") or "", fence.group("lang"), fence.group("body"), line)
+        )
     return found
 
 
@@ -98,7 +104,9 @@ def main(page: Path, workdir: Path) -> None:
                 # `manage.py shell` of the project the page built: its settings, its folder first.
                 sys.path.insert(0, str(cwd))
                 os.chdir(cwd)
-                os.environ["DJANGO_SETTINGS_MODULE"] = next(cwd.glob("*/settings.py")).parent.name + ".settings"
+                os.environ["DJANGO_SETTINGS_MODULE"] = (
+                    next(cwd.glob("*/settings.py")).parent.name + ".settings"
+                )
                 import django
 
                 django.setup()

@@ -55,7 +55,9 @@ def test_unmarked_and_skipped_python_blocks_are_refused() -> None:
 
 
 def _pages() -> list[Path]:
-    return sorted([*ROOT.glob("*.md"), *(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)])
+    return sorted(
+        [*ROOT.glob("*.md"), *(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)]
+    )
 
 
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(ROOT)))
