@@ -10,7 +10,8 @@ says what the reader does with it (the comment is invisible on GitHub and in the
     <!-- sample: sh -->                       typed into a terminal in the project's folder
     <!-- sample: skip: why -->                not run here (only for sh blocks; the reason is kept)
 
-Run as a script (``python docs_samples.py PAGE WORKDIR``) so that the shell session gets a Django
+Run as a script (``python docs_samples.py WORKDIR PAGE [PAGE ...]``; later pages go on in the
+project the earlier ones built, in the same shell session) so that the shell session gets a Django
 of its own, set up from the reader's project, not from the test suite's settings.
 """
 
@@ -86,12 +87,14 @@ def run_sh(body: str, cwd: Path) -> Path:
     return cwd
 
 
-def main(page: Path, workdir: Path) -> None:
+def main(workdir: Path, pages: list[Path]) -> None:
     cwd = workdir
     namespace: dict[str, object] = {}
     django_ready = False
-    for sample in samples(page.read_text()):
-        print(f"--- line {sample.line}: {sample.how} {sample.arg}", flush=True)
+    # Every page's markers are read (and checked) before anything runs; the shell moves the cwd.
+    steps = [(path.resolve(), sample) for path in pages for sample in samples(path.read_text())]
+    for page, sample in steps:
+        print(f"--- {page.name}:{sample.line}: {sample.how} {sample.arg}", flush=True)
         if sample.how in ("file", "append"):
             target = cwd / sample.arg
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +119,9 @@ def main(page: Path, workdir: Path) -> None:
                 exec(compile(sample.body, f"{page.name}:{sample.line}", "exec"), namespace)
             print(output.getvalue())
             if sample.prints and sample.prints not in output.getvalue():
-                raise SystemExit(f"line {sample.line}: expected {sample.prints!r} in {output.getvalue()!r}")
+                raise SystemExit(
+                    f"{page.name}:{sample.line}: expected {sample.prints!r} in {output.getvalue()!r}"
+                )
             from django.db import connections
 
             # A terminal's next command (a runqueue) must not wait behind this session's SQLite lock.
@@ -125,4 +130,4 @@ def main(page: Path, workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main(Path(sys.argv[1]), [Path(arg) for arg in sys.argv[2:]])
