@@ -15,8 +15,8 @@ EXAMPLE_DB ?=
 help:
 	@echo "make example   - run the example shop end to end: Python >= 3.12 and SQLite only, no root"
 	@echo "                 (EXAMPLE_DB=mysql://... for another database; its driver is yours to install)"
-	@echo "make test      - the whole test suite on MariaDB, PostgreSQL and SQLite (+ lint, checks), and"
-	@echo "                 smoke runs on Django 5.2 LTS and 6.0 on MariaDB and PostgreSQL (make test-django-52)"
+	@echo "make test      - lint, mypy, checks, docs, package, the whole test suite on MariaDB, PostgreSQL"
+	@echo "                 and SQLite, and smoke runs on Django 5.2 LTS and 6.0 (make test-django-52)"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
 	@echo "make docs      - the docs site (Sphinx + MyST, warnings are errors) into docs/_build/html"
