@@ -10,14 +10,17 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django \
-        lint check example bench bench-quick bench-atomic-ceiling chaos faults clean
+        lint check docs package example bench bench-quick bench-atomic-ceiling chaos faults clean
 
 help:
-	@echo "make example   - set up and run the example shop end to end (SQLite; DATABASE_URL=... for others)"
-	@echo "make test      - the whole test suite on MariaDB, PostgreSQL and SQLite (+ lint, checks), and"
-	@echo "                 smoke runs on Django 5.2 LTS and 6.0 on MariaDB and PostgreSQL (make test-django-52)"
+	@echo "make example   - run the example shop end to end: Python >= 3.12 and SQLite only, no root"
+	@echo "                 (EXAMPLE_DB=mysql://... for another database; its driver is yours to install)"
+	@echo "make test      - lint, mypy, checks, docs, package, the whole test suite on MariaDB, PostgreSQL"
+	@echo "                 and SQLite, and smoke runs on Django 5.2 LTS and 6.0 (make test-django-52)"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
+	@echo "make docs      - the docs site (Sphinx + MyST, warnings are errors) into docs/_build/html"
+	@echo "make package   - wheel + sdist, twine check, the wheel in a clean virtualenv runs the example"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
 
@@ -38,16 +41,25 @@ services:
 
 # -- tests ----------------------------------------------------------------------------------
 
-test: venv services lint check test-mariadb test-postgresql test-sqlite test-django
+test: venv services lint check docs package test-mariadb test-postgresql test-sqlite test-django
 
 lint: venv
-	$(VENV)/bin/ruff check django_dbqueue tests example_project $(wildcard bench)
+	$(VENV)/bin/ruff check django_dbqueue tests example_project docs $(wildcard bench)
 	DATABASE_URL=$(SQLITE_URL) $(VENV)/bin/mypy django_dbqueue
 
 check: venv
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m django check --settings tests.settings --fail-level WARNING
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m django makemigrations --check --dry-run --settings tests.settings
 	cd example_project && ../$(PY) manage.py makemigrations --check --dry-run
+
+# The docs site, warnings as errors: a broken link, a page in no toctree or a bad docstring fails.
+docs: venv
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+# The wheel and sdist as PyPI would see them, installed into a clean virtualenv (Python 3.12 when
+# this machine has it) that runs the example shop from the wheel, not from this tree.
+package: venv
+	bash scripts/check-wheel.sh $(PY)
 
 test-mariadb: venv services
 	DATABASE_URL=$(MARIADB_URL) $(PYTEST)
@@ -120,12 +132,25 @@ bench-atomic-ceiling: venv services
 
 # -- example --------------------------------------------------------------------------------
 
-example: venv
-	cd example_project && DATABASE_URL=$(EXAMPLE_DB) ../$(PY) manage.py migrate -v0 && \
-	DATABASE_URL=$(EXAMPLE_DB) ../$(PY) manage.py shopdemo --orders 3000
+# The example needs only a Python >= 3.12 and SQLite: a small virtualenv of its own with the
+# package (editable, from this tree), Django, rangefilter and dj-database-url. No database servers,
+# no apt, no root. Each run starts from a fresh SQLite file; with EXAMPLE_DB it adds to that database.
+EXAMPLE_VENV ?= .venv-example
+EXAMPLE_SQLITE := example_project/shop.sqlite3
+
+$(EXAMPLE_VENV)/.installed: pyproject.toml
+	@bash scripts/make-venv.sh $(EXAMPLE_VENV)
+	$(EXAMPLE_VENV)/bin/pip install -q -e . dj-database-url
+	@touch $@
+
+example: $(EXAMPLE_VENV)/.installed
+	@if [ -z "$(EXAMPLE_DB)" ]; then rm -f $(EXAMPLE_SQLITE); echo "a fresh example database: $(EXAMPLE_SQLITE)"; \
+	 else echo "adding to the orders already in $(EXAMPLE_DB)"; fi
+	cd example_project && DATABASE_URL=$(EXAMPLE_DB) ../$(EXAMPLE_VENV)/bin/python manage.py migrate -v0 && \
+	DATABASE_URL=$(EXAMPLE_DB) ../$(EXAMPLE_VENV)/bin/python manage.py shopdemo --orders 3000
 
 clean:
-	rm -rf $(VENV) .venv-django* .pytest_cache .ruff_cache tests/*.sqlite3 example_project/*.sqlite3
+	rm -rf $(VENV) .venv-django* $(EXAMPLE_VENV) dist build docs/_build .pytest_cache .ruff_cache tests/*.sqlite3 example_project/*.sqlite3
 
 # -- Spark pipeline benchmark (bench/spark_bench.py): 1M-row enqueue three ways + the report --
 SPARK_BENCH_URL ?= mysql://root@127.0.0.1:3306/spark_bench

@@ -7,7 +7,7 @@ cheap and does not touch Django's app registry.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 
 def __getattr__(name: str) -> object:
