@@ -7,6 +7,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -18,6 +19,11 @@ from django_dbqueue.models import QueueAttempt
 pytestmark = pytest.mark.django_db
 
 URL = "admin:testapp_ticket_dbqueue_dashboard"
+
+
+@pytest.fixture(autouse=True)
+def no_cached_buckets() -> None:
+    cache.clear()  # settled buckets are cached; each test's history is rolled back
 
 
 def attempts(outcome: str, minutes_ago: float, n: int, wait: float = 1.0, run: float = 2.0) -> None:
@@ -89,7 +95,8 @@ def test_the_dashboard_draws_the_charts(admin_client: Client) -> None:
     assert 'data-outcome="succeeded">succeeded: 4<' in html
     day = admin_client.get(reverse(URL), {"span": "day"}).content.decode()
     assert "The last day, per hour" in day
-    assert "The last hour, per minute" in admin_client.get(reverse(URL), {"span": "nonsense"}).content.decode()
+    nonsense = admin_client.get(reverse(URL), {"span": "nonsense"}).content.decode()
+    assert "The last hour, per minute" in nonsense
 
 
 def test_a_value_in_the_svg_is_escaped(admin_client: Client) -> None:
@@ -104,3 +111,13 @@ def test_no_charts_for_a_model_without_history(admin_client: Client, settings) -
     settings.DBQUEUE_HISTORY = False
     html = admin_client.get(reverse(URL)).content.decode()
     assert "dbqueue-chart-" not in html and "dbqueue-timeline" not in html
+
+
+def test_settled_buckets_are_read_once() -> None:
+    attempts(AttemptOutcome.SUCCEEDED, 30, 3)
+    assert timeline("testapp.Ticket", "default", "hour").total("succeeded") == 3
+    attempts(AttemptOutcome.SUCCEEDED, 30, 2)  # written late into a settled bucket: not seen
+    attempts(AttemptOutcome.SUCCEEDED, 0, 4)  # the current bucket is always read
+    assert timeline("testapp.Ticket", "default", "hour").total("succeeded") == 3 + 4
+    cache.clear()
+    assert timeline("testapp.Ticket", "default", "hour").total("succeeded") == 9

@@ -24,6 +24,7 @@ LAYERS = [
     {"models"},
     {
         "worker",
+        "status",
         "admin",
         "spark",
         "tasks",

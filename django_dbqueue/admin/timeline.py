@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Max
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
@@ -65,13 +66,45 @@ def timeline(label: str, using: str, span: str = "hour") -> Timeline:
     if span not in SPANS:
         raise ValueError(f"span must be one of {sorted(SPANS)}, not {span!r}")
     length, step, trunc = SPANS[span]
-    history = attempt_model()._default_manager.using(using)
     # Buckets are cut on this host's clock (a chart, not a fence: a skew of seconds only
     # shifts it); the current bucket is the last one, the span covers whole buckets.
-    last = trunc_python(timezone.now(), step)
+    now = timezone.now()
+    last = trunc_python(now, step)
     first = last - (length - step)
+    starts = [first + step * i for i in range(int(length / step))]
+    # A bucket that ended a while ago no longer changes (attempts are written as they
+    # finish): it is read from the cache, and only the rest from the history.
+    closed = [start for start in starts if start + step <= now - SETTLED]
+    keys = {start: _key(using, label, step, start) for start in closed}
+    cached = cache.get_many(list(keys.values()))
+    groups: dict[datetime, list[Group]] = {
+        start: cached[keys[start]] for start in closed if keys[start] in cached
+    }
+    missing = [start for start in starts if start not in groups]
+    if missing:
+        fresh = _read(using, label, trunc, missing[0])
+        groups.update({start: fresh.get(start, []) for start in missing})
+        cache.set_many({keys[start]: groups[start] for start in missing if start in keys}, CACHE_SECONDS)
+    return Timeline(span, [_bucket(start, groups[start]) for start in starts])
+
+
+#: One outcome's numbers in one bucket: outcome, count, mean run, mean wait, longest wait.
+Group = tuple[str, int, float | None, float | None, float | None]
+#: How long after its end a bucket is taken as final, and how long the cache keeps it.
+SETTLED = timedelta(minutes=2)
+CACHE_SECONDS = 26 * 3600
+
+
+def _key(using: str, label: str, step: timedelta, start: datetime) -> str:
+    return f"dbqueue:timeline:{using}:{label}:{int(step.total_seconds())}:{int(start.timestamp())}"
+
+
+def _read(using: str, label: str, trunc: Any, since: datetime) -> dict[datetime, list[Group]]:
+    """The grouped statement: one row per bucket and outcome from ``since`` on."""
     rows = (
-        history.filter(model=label, finished_at__gte=first)
+        attempt_model()
+        ._default_manager.using(using)
+        .filter(model=label, finished_at__gte=since)
         .annotate(bucket=trunc("finished_at", tzinfo=UTC))
         .values("bucket", "outcome")
         .annotate(
@@ -82,21 +115,26 @@ def timeline(label: str, using: str, span: str = "hour") -> Timeline:
         )
         .order_by()
     )
-    buckets = {first + step * i: Bucket(first + step * i) for i in range(int(length / step))}
-    weights: dict[datetime, list[tuple[int, float | None, float | None]]] = {}
+    found: dict[datetime, list[Group]] = {}
     for row in rows:
-        bucket = buckets.get(aware(row["bucket"]))
-        if bucket is None:  # a clock step between the statements: outside the span
-            continue
-        bucket.counts[row["outcome"]] = row["n"]
-        weights.setdefault(bucket.start, []).append((row["n"], _seconds(row["run"]), _seconds(row["wait"])))
-        wait_max = _seconds(row["wait_max"])
-        if wait_max is not None:
-            bucket.wait_max = max(bucket.wait_max or 0.0, wait_max)
-    for start, parts in weights.items():
-        buckets[start].run = _mean([(n, run) for n, run, _ in parts])
-        buckets[start].wait = _mean([(n, wait) for n, _, wait in parts])
-    return Timeline(span, list(buckets.values()))
+        group = (
+            row["outcome"],
+            row["n"],
+            _seconds(row["run"]),
+            _seconds(row["wait"]),
+            _seconds(row["wait_max"]),
+        )
+        found.setdefault(aware(row["bucket"]), []).append(group)
+    return found
+
+
+def _bucket(start: datetime, groups: list[Group]) -> Bucket:
+    bucket = Bucket(start, counts={outcome: n for outcome, n, *_ in groups})
+    bucket.run = _mean([(n, run) for _o, n, run, _w, _m in groups])
+    bucket.wait = _mean([(n, wait) for _o, n, _r, wait, _m in groups])
+    longest = [most for *_, most in groups if most is not None]
+    bucket.wait_max = max(longest) if longest else None
+    return bucket
 
 
 def _mean(parts: list[tuple[int, float | None]]) -> float | None:
