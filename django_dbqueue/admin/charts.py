@@ -82,7 +82,7 @@ def throughput_chart(timeline: Timeline) -> SafeString:
     )
     first, last = _ends(buckets, timeline.span)
     caption = _("Attempts per %(bucket)s") % {"bucket": _("minute") if timeline.span == "hour" else _("hour")}
-    return _svg("throughput", body, _("%(n)s max") % {"n": peak}, first, last, caption)
+    return _svg("throughput", body, f"{caption} · {_('max')} {peak}", first, last, caption)
 
 
 def latency_chart(timeline: Timeline) -> SafeString:
@@ -106,7 +106,8 @@ def latency_chart(timeline: Timeline) -> SafeString:
         lines,
     )
     first, last = _ends(buckets, timeline.span)
-    return _svg("latency", body, f"{_seconds(peak)} max", first, last, _("Mean latencies"))
+    caption = _("Mean pickup wait and run time")
+    return _svg("latency", body, f"{caption} · {_('max')} {_seconds(peak)}", first, last, caption)
 
 
 def _n(value: float) -> str:
