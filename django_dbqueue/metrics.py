@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.db import DatabaseError, router
-from django.db.models import Max, Min
 from django.http import HttpRequest, HttpResponse
 
 from . import signals
-from .backends import DbNow, aware
 from .models import queue_models
+from .status import oldest_wait
 
 if TYPE_CHECKING:
     from .models import QueueMixin
@@ -185,12 +184,8 @@ class QueueCollector:
                 using = self.using or router.db_for_read(model)
                 ready = model.queue_queryset(using).ready().order_by()
                 depth.add_metric([model._meta.label], ready.values("pk")[:DEPTH_LIMIT].count())
-                # The age on the database's clock: workers and scrapers may run on other hosts.
-                found = ready.aggregate(first=Min("queue_run_at"), now=Max(DbNow()))
-                age = 0.0
-                if found["first"] is not None:
-                    age = max((aware(found["now"]) - found["first"]).total_seconds(), 0.0)
-                oldest.add_metric([model._meta.label], age)
+                waited = oldest_wait(model.queue_queryset(using))
+                oldest.add_metric([model._meta.label], waited.total_seconds() if waited else 0.0)
             table = apps.get_model("django_dbqueue", "WorkerProcess")
             workers.add_metric([], table._default_manager.using(self.using or "default").alive().count())
         except DatabaseError as exc:

@@ -36,6 +36,16 @@ class ModelStatus:
     workers: int
 
 
+def oldest_wait(rows: Any) -> timedelta | None:
+    """How long the oldest due READY row of ``rows`` has waited, on the database's clock
+    (workers and whoever asks may run on other hosts); None when none is due. A MIN over the
+    claim index's entries of READY rows: no table row is read."""
+    due = rows.ready().order_by().aggregate(first=Min("queue_run_at"), now=Max(DbNow()))
+    if due["first"] is None:
+        return None
+    return max(aware(due["now"]) - due["first"], timedelta(0))
+
+
 def model_status(model: Any, using: str | None = None) -> ModelStatus:
     using = using or router.db_for_read(model)
     rows = model.queue_queryset(using).order_by()
@@ -43,10 +53,8 @@ def model_status(model: Any, using: str | None = None) -> ModelStatus:
         state: rows.filter(queue_state=state).values("pk")[: COUNT_LIMIT + 1].count()
         for state in (QueueState.READY, QueueState.RUNNING, QueueState.FAILED)
     }
-    due = rows.ready().aggregate(first=Min("queue_run_at"), now=Max(DbNow()))
-    oldest = None
-    if due["first"] is not None:
-        oldest = timedelta(seconds=max(int((aware(due["now"]) - due["first"]).total_seconds()), 0))
+    waited = oldest_wait(rows)
+    oldest = timedelta(seconds=int(waited.total_seconds())) if waited is not None else None
     rates = None
     if history_enabled(model):
         done = dict(
