@@ -120,16 +120,10 @@ def test_the_view_reports_depth_and_oldest_age(client: Client, settings) -> None
 
 
 def test_signals_are_counted_in_process() -> None:
-    from prometheus_client import REGISTRY
-
-    def succeeded() -> float:
-        value = REGISTRY.get_sample_value("dbqueue_jobs_succeeded_total", {"model": LABEL, "queue": ""})
-        return value or 0.0
-
-    before = succeeded()
+    before = sample("dbqueue_jobs_succeeded_total")
     Job.objects.create(name="one")
     Worker(models=[Job], burst=True, handle_signals=False).run()  # in this process
-    assert succeeded() == before + 1
+    assert sample("dbqueue_jobs_succeeded_total") == before + 1
 
 
 @pytest.mark.parametrize("value", ["0", "65536", "http"])
@@ -149,3 +143,31 @@ def test_a_port_in_use_is_a_command_error(monkeypatch, tmp_path) -> None:
             call_command(
                 "runqueue", LABEL, "--burst", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"
             )
+
+
+def sample(name: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, {"model": LABEL, "queue": ""}) or 0.0
+
+
+def test_rescued_and_rejected_late_outcomes_are_counted() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_dbqueue.exceptions import LeaseLost
+
+    rescued, rejected = sample("dbqueue_jobs_rescued_total"), sample("dbqueue_jobs_rejected_late_total")
+    Job.objects.create(name="lost")
+    [first] = Job.objects.claim(1, "w1", lease=60)
+    Job.objects.filter(pk=first.pk).update(queue_locked_until=timezone.now() - timedelta(seconds=1))
+    assert Job.objects.rescue_expired() == 1
+    assert sample("dbqueue_jobs_rescued_total") == rescued + 1
+    [second] = Job.objects.claim(1, "w2", lease=60)
+    assert second.pk == first.pk
+    with pytest.raises(LeaseLost):
+        first.mark_succeeded()  # its claim is gone: rejected, not written
+    assert sample("dbqueue_jobs_rejected_late_total") == rejected + 1
+    second.mark_succeeded()
+    assert Job.objects.get().queue_state == QueueState.SUCCEEDED
