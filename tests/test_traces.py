@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import django
 import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import Client
@@ -156,3 +157,18 @@ def test_nothing_is_traced_without_a_provider_or_the_library(setup: str, install
         "with traces.job_span(None) as span: assert span is None\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks is Django 6's")
+def test_a_task_runs_in_the_trace_that_enqueued_it(spans: InMemorySpanExporter) -> None:
+    from django_dbqueue.models import TaskRecord
+    from tests.testapp import tasks
+
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        result = tasks.add.enqueue(2, 3)
+    drain(TaskRecord)
+    result.refresh()
+    assert result.return_value == 5
+    job = next(s for s in spans.get_finished_spans() if s.name == "process django_dbqueue.TaskRecord")
+    assert job.context.trace_id == request.get_span_context().trace_id
+    assert job.attributes["dbqueue.queue"] == "default"
