@@ -15,6 +15,7 @@ class DbQueueConfig(AppConfig):
         from . import checks, signal_handlers  # noqa: F401 - registers checks and receivers
 
         signal_handlers.connect_wakeups()  # PostgreSQL: a new READY row wakes listening workers
+        signal_handlers.connect_observability()  # Prometheus counters, trace contexts (if installed)
 
         # Message handlers live in each app's queue_handlers module.
         autodiscover_modules("queue_handlers")

@@ -40,14 +40,20 @@ logger = logging.getLogger("django_dbqueue.outcomes")
 _UNCLAIMED = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
 
 
-def _rejected(row_label: str, pk: Any, what: str, claim: Claim) -> None:
+def _rejected(row: QueueMixin, what: str, claim: Claim) -> None:
     logger.warning(
         "late outcome rejected: %s pk=%s %s on worker %s, but its lease was lost",
-        row_label,
-        pk,
+        row._meta.label,
+        row.pk,
         what,
         claim.worker_id,
     )
+    if signals.job_rejected.has_listeners(type(row)):
+        signals.job_rejected.send_robust(type(row), row=row, outcome=what, worker_id=claim.worker_id)
+
+
+#: Names of the signals ``announce`` sends, for its log line.
+_SIGNAL_NAMES = {signals.job_succeeded: "job_succeeded", signals.job_failed: "job_failed"}
 
 
 def announce(signal: Signal, model: type[QueueMixin], **kwargs: Any) -> None:
@@ -57,7 +63,7 @@ def announce(signal: Signal, model: type[QueueMixin], **kwargs: Any) -> None:
         if isinstance(response, Exception):
             logger.error(
                 "a receiver of %s raised for %s pk=%s: %r",
-                "job_succeeded" if signal is signals.job_succeeded else "job_failed",
+                _SIGNAL_NAMES.get(signal, "a queue signal"),
                 model._meta.label,
                 kwargs["row"].pk,
                 response,
@@ -100,7 +106,7 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
     lost, won = [], []
     for row in rows:
         if row.pk not in written:
-            _rejected(model._meta.label, row.pk, "succeeded", claim)
+            _rejected(row, "succeeded", claim)
             lost.append(row)
             continue
         row.queue_state = QueueState.SUCCEEDED
@@ -148,7 +154,7 @@ def fail(row: QueueMixin, claim: Claim, error: BaseException | str, alone: bool 
         return count
 
     if not retry_on_lock_conflicts(claim.using, write, "failure"):
-        _rejected(model._meta.label, row.pk, "failed", claim)
+        _rejected(row, "failed", claim)
         raise LeaseLost(f"{model._meta.label} pk={row.pk}: lease lost, failure not recorded")
     for name, value in values.items():
         setattr(row, name, value)

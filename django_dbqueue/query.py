@@ -23,7 +23,7 @@ from django.db import DatabaseError, models, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from . import outcomes, rescue
+from . import outcomes, rescue, traces
 from .backends import DbNow, aware, backend_for, db_now_plus, retry_on_lock_conflicts
 from .exceptions import describe_error
 from .leases import RUN_ALONE, Claim, as_timedelta, default_worker_id, new_token
@@ -198,6 +198,7 @@ class QueueQuerySetMixin(_QuerySetBase):
                 )
             instance.queue_state = QueueState.READY
             instances.append(instance)
+        traces.stamp(self.model, rows=instances)
         with transaction.atomic(using=self.db, savepoint=False):
             self.model._base_manager.using(self.db).bulk_create(instances, batch_size=batch_size)
         return self._notified(len(instances))
@@ -218,6 +219,7 @@ class QueueQuerySetMixin(_QuerySetBase):
         }
         if priority is not None:
             values["queue_priority"] = check_priority(priority)
+        traces.stamp(self.model, values)
         return self._notified(self.not_running().update(**values))
 
     def _notified(self, count: int) -> int:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
+from . import signals
 from .backends import DbNow, aware, retry_on_lock_conflicts
 from .conf import settings
 from .history import AttemptOutcome, attempt_for, write_attempts
@@ -112,4 +113,6 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
             row.queue_attempts,
             " -> FAILED" if row.pk in dead else "",
         )
+    if signals.job_rescued.has_listeners(model):
+        signals.job_rescued.send_robust(model, count=len(expired), failed=len(dead))
     return len(expired)

@@ -7,9 +7,10 @@ import logging
 from typing import Any
 
 from django.db import connections
-from django.db.models.signals import post_save
+from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 
+from . import metrics, traces
 from .backends import backend_for
 from .models import queue_models
 from .signals import job_claimed, job_failed
@@ -62,3 +63,16 @@ def connect_wakeups() -> None:
         post_save.connect(
             on_queue_row_saved, sender=model, dispatch_uid=f"dbqueue-notify-{model._meta.label}"
         )
+
+
+def connect_observability() -> None:
+    """Count the queue's signals for Prometheus, and give new rows of models that keep a trace
+    context the context of their enqueue span: each only where its library is installed."""
+    metrics.connect()
+    if not traces.installed():
+        return
+    for model in queue_models():
+        if traces.traced(model):
+            pre_save.connect(
+                traces.on_pre_save, sender=model, dispatch_uid=f"dbqueue-trace-{model._meta.label}"
+            )

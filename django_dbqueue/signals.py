@@ -11,3 +11,9 @@ job_succeeded = Signal()
 #: A row's attempt failed: ``row``, ``error`` (exception or text), ``retry_at`` (None: it
 #: ended FAILED, the dead state).
 job_failed = Signal()
+#: Rows whose lease ran out went back to READY (or FAILED): ``count``, ``failed`` (how many of
+#: them ended FAILED). Sent by the rescue after its transaction.
+job_rescued = Signal()
+#: A late outcome was rejected (its claim was lost): ``row``, ``outcome`` ("succeeded",
+#: "failed"), ``worker_id``.
+job_rejected = Signal()

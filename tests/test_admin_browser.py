@@ -2,7 +2,8 @@
 
 Screenshots go to ``$DBQUEUE_SCREENSHOTS`` (default: pytest's tmp dir) as
 ``admin-filtered.png``, ``admin-reprioritise.png``, ``admin-done.png``, and for issue 26
-``admin-select-all-confirm.png``, ``admin-whole-day.png`` and ``admin-huge-delay.png``.
+``admin-select-all-confirm.png``, ``admin-whole-day.png`` and ``admin-huge-delay.png``, and for
+issue 24 ``admin-dashboard-charts.png``.
 """
 
 from __future__ import annotations
@@ -259,3 +260,41 @@ def test_select_all_shows_the_exact_count_that_the_action_changes(
     error = wait(ec.presence_of_element_located((By.CSS_SELECTOR, ".errorlist"))).text
     assert "That delay is too long" in error
     browser.save_screenshot(str(shots / "admin-huge-delay.png"))
+
+
+def test_the_dashboard_draws_its_charts(live_server: Any, browser: Any, shots: Path) -> None:
+    """Issue #24: the charts of the last hour render as SVG in a real browser."""
+    from django.core.cache import cache
+    from selenium.webdriver.common.by import By
+
+    from django_dbqueue.models import QueueAttempt
+
+    cache.clear()
+    now = timezone.now()
+    attempts = []
+    for minute in range(60):
+        for i in range(5 + (minute * 7) % 23):
+            finished = now - timedelta(minutes=minute, seconds=i)
+            outcome = "failed" if i == 3 and minute % 9 == 0 else "retried" if i == 4 else "succeeded"
+            claimed = finished - timedelta(milliseconds=200 + 40 * (minute % 13))
+            attempts.append(
+                QueueAttempt(
+                    model="testapp.Ticket",
+                    object_id=str(i),
+                    attempt=1,
+                    due_at=claimed - timedelta(milliseconds=50 * (minute % 17)),
+                    claimed_at=claimed,
+                    finished_at=finished,
+                    outcome=outcome,
+                )
+            )
+    QueueAttempt.objects.bulk_create(attempts)
+    Ticket.objects.bulk_create([Ticket(subject=f"Order {i}") for i in range(30)])
+    login(browser, live_server, "/admin/testapp/ticket/dbqueue/dashboard/")
+    chart = browser.find_element(By.ID, "dbqueue-chart-throughput")
+    assert chart.size["width"] > 400 and chart.size["height"] > 100
+    bars = browser.find_elements(By.CSS_SELECTOR, "#dbqueue-chart-throughput rect")
+    assert len(bars) >= 60
+    assert browser.find_elements(By.CSS_SELECTOR, "#dbqueue-chart-latency polyline")
+    browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(By.ID, "dbqueue-timeline"))
+    browser.save_screenshot(str(shots / "admin-dashboard-charts.png"))

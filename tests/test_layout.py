@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_dbqueue"
 
 #: Layers, bottom first: a module may import its own layer (acyclically) and those below.
 LAYERS = [
-    {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry"},
+    {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry", "traces"},
     {"backends"},
     {"history", "claims"},
     {"outcomes", "rescue"},
@@ -24,6 +24,7 @@ LAYERS = [
     {"models"},
     {
         "worker",
+        "status",
         "admin",
         "spark",
         "tasks",
@@ -32,6 +33,7 @@ LAYERS = [
         "signal_handlers",
         "templatetags",
         "testing",
+        "metrics",
     },
     {"management"},
     {"apps"},

@@ -28,21 +28,24 @@ from typing import TYPE_CHECKING, Any, cast
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import PermissionDenied
-from django.db import models
+from django.db import models, router
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.translation import gettext_lazy as _
 from rangefilter.filters import NumericRangeFilter
 
+from ..history import history_enabled
 from .actions import ActionsAdminMixin
 from .changelist import QueueChangeList
+from .charts import charts
 from .display import describe_queue_state, error_summary, number
 from .filters import HasErrorFilter, WholeDayRangeFilter
 from .pagination import EstimatedCountPaginator, count_hint, count_text, results_text
 from .people import PeopleAdminMixin
 from .rows import RowAdminMixin
 from .stats import queue_stats
+from .timeline import SPANS
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -235,6 +238,17 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
             "title": _("%(name)s queue") % {"name": names.capitalize()},
             "opts": self.opts,
             "stats": queue_stats(self.model),
+            "charts": self.dbqueue_charts(request),
             "dbqueue": self.dbqueue_changelist_context(request),
         }
         return TemplateResponse(request, self.dbqueue_dashboard_template, context)
+
+    def dbqueue_charts(self, request: HttpRequest) -> dict[str, Any] | None:
+        """Throughput and latency over the last hour (``?span=day``: day), from the attempt
+        history; None for a model that keeps none."""
+        if not history_enabled(self.model):
+            return None
+        span = request.GET.get("span", "hour")
+        return charts(
+            self.model._meta.label, router.db_for_read(self.model), span if span in SPANS else "hour"
+        )

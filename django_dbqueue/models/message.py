@@ -17,6 +17,7 @@ from django.db import IntegrityError, models, transaction
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
+from .. import traces
 from ..backends import backend_for
 from ..conf import settings
 from ..exceptions import Discard
@@ -25,6 +26,7 @@ from ..payloads import check_payload
 from ..query import QueueQuerySet
 from ..states import QueueState
 from .mixin import QueueMixin
+from .trace import QueueTraceMixin
 
 #: Rows per INSERT statement of publish_many.
 INSERT_CHUNK = 500
@@ -100,6 +102,7 @@ class MessageQuerySet(QueueQuerySet):
             )
             for m in messages
         ]
+        traces.stamp(self.model, rows=built)
         inserted = 0
         with transaction.atomic(using=self.db, savepoint=False):
             for start in range(0, len(built), INSERT_CHUNK):
@@ -191,7 +194,7 @@ class MessageQuerySet(QueueQuerySet):
 MessageManager = models.Manager.from_queryset(MessageQuerySet)
 
 
-class Message(QueueMixin):
+class Message(QueueTraceMixin, QueueMixin):
     """A unit of work with a kind, a JSON payload and an optional de-duplication key."""
 
     queue = models.CharField(max_length=64, default="default")

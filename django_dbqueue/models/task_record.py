@@ -17,6 +17,7 @@ from ..conf import settings
 from ..exceptions import Discard, describe_error
 from ..retry import NoRetry, RetryPolicy
 from .mixin import QueueMixin
+from .trace import QueueTraceMixin
 
 
 def new_result_id() -> str:
@@ -46,7 +47,7 @@ class SettingsRetry:
         return task_retry_policy("").delay(attempts, error)
 
 
-class TaskRecord(QueueMixin):
+class TaskRecord(QueueTraceMixin, QueueMixin):
     id = models.CharField(primary_key=True, max_length=32, default=new_result_id, editable=False)
     task_path = models.CharField(max_length=255)
     queue = models.CharField(max_length=64, default="default")

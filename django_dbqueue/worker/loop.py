@@ -15,8 +15,6 @@ wake-up listener, no closing of connections.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import os
 import signal
@@ -30,12 +28,13 @@ from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
-from .. import signals
+from .. import signals, traces
 from ..conf import settings
 from ..exceptions import Discard, JobTimeout
 from ..leases import as_timedelta, default_worker_id
 from ..models import QueueMixin, queue_models
 from . import leaks, outage, registry
+from .calls import handler_kind, observed
 from .jobs import Batch
 from .lease import HardTimeoutHook, LeaseKeeper, Running
 from .shutdown import install_signals
@@ -171,9 +170,10 @@ class Worker:
                         qs = qs.filter(queue__in=self.queues)
                     if not busy[model] and not qs.has_ready():
                         continue
-                    rows = qs.claim(
-                        self._claim_size(model), self.worker_id, self.lease or model.queue_lease_seconds()
-                    )
+                    with traces.claim_span(model, self.worker_id) as taken:
+                        lease = self.lease or model.queue_lease_seconds()
+                        rows = qs.claim(self._claim_size(model), self.worker_id, lease)
+                        taken[0] = len(rows)
                     busy[model] = bool(rows)
                     if rows:
                         did_work = True
@@ -213,7 +213,11 @@ class Worker:
             self._sizer.observe(model, len(rows), time.monotonic() - started)
 
     def call(self, row: QueueMixin) -> BaseException | None:
-        """Run one handler; return what it raised (None on success)."""
+        """Run one handler, in its span and timed; return what it raised (None on success)."""
+        with observed(row) as done:
+            return done(self._call(row))
+
+    def _call(self, row: QueueMixin) -> BaseException | None:
         timeout = type(row).queue_timeout
         running = None
         if timeout:
@@ -299,11 +303,3 @@ class Worker:
         self._next_rescue = now + settings.RESCUE_INTERVAL
         for model in self.models:
             self.stats.rescued += model.queue_queryset(self.db_for(model)).rescue_expired()
-
-
-@functools.cache
-def handler_kind(model: type[QueueMixin]) -> str:
-    """How ``model.process`` is called, asked once per model rather than once per job."""
-    if inspect.iscoroutinefunction(model.process):
-        return "async"
-    return "generator" if inspect.isgeneratorfunction(model.process) else "plain"

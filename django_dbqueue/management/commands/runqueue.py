@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
@@ -23,7 +25,9 @@ from django_dbqueue.management.arguments import (
 from django_dbqueue.models import QueueMixin, queue_models
 from django_dbqueue.settings_checks import failed_setting_checks
 from django_dbqueue.worker import Worker
+from django_dbqueue.worker.exporter import Exporter, prepare_multiprocess
 from django_dbqueue.worker.sessions import room_warning
+from django_dbqueue.worker.stats import WorkerStats
 from django_dbqueue.worker.supervisor import Supervisor
 from django_dbqueue.worker.tables import has_queue_column
 
@@ -137,6 +141,15 @@ class Command(BaseCommand):
             default=None,
             help="Consume only this queue of models with a queue column (Message, tasks); repeatable.",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=whole_number(1, 65535),
+            default=None,
+            help="Serve Prometheus metrics of all the worker processes on this port (the [metrics] extra).",
+        )
+        parser.add_argument(
+            "--metrics-address", default="0.0.0.0", help="Address --metrics-port listens on (default all)."
+        )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -168,8 +181,11 @@ class Command(BaseCommand):
             if any(connections[alias].in_atomic_block for alias in connections):
                 # Called inside a transaction (a TestCase): worker processes of their own
                 # could not see its rows, so the one worker runs here, in it.
-                if options["concurrency"] != 1:
-                    raise CommandError("inside a transaction (e.g. a TestCase) runqueue runs one worker.")
+                if options["concurrency"] != 1 or options["metrics_port"]:
+                    raise CommandError(
+                        "inside a transaction (e.g. a TestCase) runqueue runs one worker, "
+                        "without --metrics-port."
+                    )
                 totals = Worker(**worker_options, handle_signals=False).run()
             else:
                 self._warn_about_sessions(
@@ -177,12 +193,13 @@ class Command(BaseCommand):
                     database or router.db_for_write(models[0]) or DEFAULT_DB_ALIAS,
                     options["burst"],
                 )
-                totals = Supervisor(
+                supervisor = Supervisor(
                     concurrency=options["concurrency"],
                     worker_options=worker_options,
                     progress=progress,
                     stdout=sys.stderr,
-                ).run()
+                )
+                totals = self._with_metrics(options, worker_options, supervisor.run)
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         if options["verbosity"] >= 1:
@@ -191,6 +208,25 @@ class Command(BaseCommand):
                 f"{totals.released} given back, {totals.lost} late outcomes rejected, "
                 f"{totals.rescued} rescued"
             )
+
+    @staticmethod
+    def _with_metrics(
+        options: dict[str, Any], worker_options: dict[str, Any], run: Callable[[], WorkerStats]
+    ) -> WorkerStats:
+        """Run the workers, with an exporter of their metrics if ``--metrics-port`` asks."""
+        if not options["metrics_port"]:
+            return run()
+        made = prepare_multiprocess()
+        exporter = Exporter(
+            options["metrics_port"], options["metrics_address"], worker_options["models"], options["database"]
+        )
+        exporter.start()
+        try:
+            return run()
+        finally:
+            exporter.stop()
+            if made:
+                shutil.rmtree(made, ignore_errors=True)
 
     def _warn_about_sessions(self, concurrency: int, using: str, burst: bool) -> None:
         try:
