@@ -31,6 +31,7 @@ from django.utils.translation import gettext as _
 
 from ..backends import backend_for
 from .display import number
+from .keyset import cursor_text, key_order, keys_by_position, keys_from_cursor
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -40,10 +41,19 @@ class EstimatedCountPaginator(Paginator):
     #: Counts up to this many rows are exact; larger ones are estimates.
     exact_limit = 10_000
 
+    #: Pages more than this many rows from both ends of an estimated list ordered by its
+    #: integer primary key are placed by key (:mod:`.keyset`) instead of by OFFSET.
+    offset_limit = 10_000
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.estimated = False
         self.at_least = False
+        #: The request's page cursor (``keyset.KEY_VAR``), set by ``QueueAdminMixin.get_paginator``.
+        self.cursor: str | None = None
+        #: The keys of the page read last, in the list's order, and its number.
+        self.page_keys: list[Any] = []
+        self.shown: int | None = None
 
     @cached_property
     def count(self) -> int:
@@ -75,18 +85,38 @@ class EstimatedCountPaginator(Paginator):
         if not isinstance(qs, QuerySet):
             return super().page(number)
         number = self.validate_number(number)
+        keys = None
+        if self.cursor and 1 < number < self.num_pages:  # the first and last pages: the true ends
+            keys = keys_from_cursor(qs, self.cursor, number, self.per_page) or None  # none left: by number
+        if keys is None:
+            keys = self._keys(qs, number)
+        self.page_keys, self.shown = keys, number
+        # Paginator._get_page() is Django's hook for the Page class; the stubs lack it.
+        return self._get_page(qs.filter(pk__in=keys), number, self)  # type: ignore[attr-defined]
+
+    def _keys(self, qs: QuerySet, number: int) -> list[Any]:
         bottom = (number - 1) * self.per_page
         top = bottom + self.per_page
         if top + self.orphans >= self.count:
             top = self.count
+        if self.estimated and min(bottom, self.count - top) > self.offset_limit and key_order(qs) is not None:
+            # Deep in an estimated list ordered by key: placed by key, not by an OFFSET.
+            return keys_by_position(qs, bottom, self.count, top - bottom)
         if self.estimated and qs.ordered and bottom > self.count // 2:
             # Read from the end: skip the rows after this page in the reversed order.
             after = self.count - top
-            keys = list(qs.reverse().values_list("pk", flat=True)[after : after + top - bottom])
-        else:
-            keys = list(qs.values_list("pk", flat=True)[bottom:top])
-        # Paginator._get_page() is Django's hook for the Page class; the stubs lack it.
-        return self._get_page(qs.filter(pk__in=keys), number, self)  # type: ignore[attr-defined]
+            return list(qs.reverse().values_list("pk", flat=True)[after : after + top - bottom])
+        return list(qs.values_list("pk", flat=True)[bottom:top])
+
+    def link_cursor(self, number: int) -> str | None:
+        """The cursor a link to page ``number`` carries from the page shown (its neighbours
+        only: they continue from its first or last row), or None."""
+        if not self.page_keys or self.shown is None or abs(number - self.shown) != 1:
+            return None
+        if not isinstance(self.object_list, QuerySet) or key_order(self.object_list) is None:
+            return None
+        after = number > self.shown
+        return cursor_text(number, after, self.page_keys[-1] if after else self.page_keys[0])
 
 
 def count_hint(paginator: EstimatedCountPaginator) -> str:
