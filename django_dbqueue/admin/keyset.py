@@ -50,14 +50,18 @@ def cursor_text(page: int, after: bool, key: Any) -> str:
     return f"{page}{'a' if after else 'b'}{int(key)}"
 
 
-def keys_from_cursor(qs: QuerySet, cursor: str, number: int, size: int) -> list[Any] | None:
-    """The keys of page ``number`` that continues from the cursor's edge, or None if the
-    cursor does not apply (another page, malformed, a list not ordered by key)."""
-    descending = key_order(qs)
+def parse_cursor(cursor: str | None, number: int) -> tuple[bool, int] | None:
+    """(after, key) of a cursor made for page ``number``; None for another page's or a
+    malformed one (it is then ignored: the page is found by its number)."""
     found = _CURSOR.fullmatch(cursor or "")
-    if descending is None or found is None or int(found["page"]) != number:
+    if found is None or int(found["page"]) != number:
         return None
-    key, after = int(found["key"]), found["side"] == "a"
+    return found["side"] == "a", int(found["key"])
+
+
+def keys_from_cursor(qs: QuerySet, after: bool, key: int, size: int) -> list[Any]:
+    """The keys of the ``size`` rows right after (or before) ``key`` in the list's order."""
+    descending = bool(key_order(qs))
     # "After" in a descending list is towards smaller keys; "before" towards larger ones.
     rows = qs.filter(pk__lt=key) if after == descending else qs.filter(pk__gt=key)
     if after:

@@ -31,7 +31,7 @@ from django.utils.translation import gettext as _
 
 from ..backends import backend_for
 from .display import number
-from .keyset import cursor_text, key_order, keys_by_position, keys_from_cursor
+from .keyset import cursor_text, key_order, keys_by_position, keys_from_cursor, parse_cursor
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -51,8 +51,8 @@ class EstimatedCountPaginator(Paginator):
         self.at_least = False
         #: The request's page cursor (``keyset.KEY_VAR``), set by ``QueueAdminMixin.get_paginator``.
         self.cursor: str | None = None
-        #: The keys of the page read last, in the list's order, and its number.
-        self.page_keys: list[Any] = []
+        #: The first and last keys of the page read last (in the list's order), and its number.
+        self.edges: tuple[Any, Any] | None = None
         self.shown: int | None = None
 
     @cached_property
@@ -85,12 +85,15 @@ class EstimatedCountPaginator(Paginator):
         if not isinstance(qs, QuerySet):
             return super().page(number)
         number = self.validate_number(number)
-        keys = None
-        if self.cursor and 1 < number < self.num_pages:  # the first and last pages: the true ends
-            keys = keys_from_cursor(qs, self.cursor, number, self.per_page) or None  # none left: by number
-        if keys is None:
+        cursor = parse_cursor(self.cursor, number) if key_order(qs) is not None else None
+        if cursor is not None and 1 < number < self.num_pages:  # the first and last: true ends
+            keys = keys_from_cursor(qs, *cursor, self.per_page)
+            # A page past the rows (the estimate was high) hands its cursor on: no row twice.
+            self.edges = (keys[0], keys[-1]) if keys else (cursor[1], cursor[1])
+        else:
             keys = self._keys(qs, number)
-        self.page_keys, self.shown = keys, number
+            self.edges = (keys[0], keys[-1]) if keys else None
+        self.shown = number
         # Paginator._get_page() is Django's hook for the Page class; the stubs lack it.
         return self._get_page(qs.filter(pk__in=keys), number, self)  # type: ignore[attr-defined]
 
@@ -105,18 +108,19 @@ class EstimatedCountPaginator(Paginator):
         if self.estimated and qs.ordered and bottom > self.count // 2:
             # Read from the end: skip the rows after this page in the reversed order.
             after = self.count - top
-            return list(qs.reverse().values_list("pk", flat=True)[after : after + top - bottom])
+            keys = list(qs.reverse().values_list("pk", flat=True)[after : after + top - bottom])
+            return keys[::-1]  # in the list's order (its edges make the neighbours' cursors)
         return list(qs.values_list("pk", flat=True)[bottom:top])
 
     def link_cursor(self, number: int) -> str | None:
         """The cursor a link to page ``number`` carries from the page shown (its neighbours
         only: they continue from its first or last row), or None."""
-        if not self.page_keys or self.shown is None or abs(number - self.shown) != 1:
+        if self.edges is None or self.shown is None or abs(number - self.shown) != 1:
             return None
         if not isinstance(self.object_list, QuerySet) or key_order(self.object_list) is None:
             return None
         after = number > self.shown
-        return cursor_text(number, after, self.page_keys[-1] if after else self.page_keys[0])
+        return cursor_text(number, after, self.edges[1] if after else self.edges[0])
 
 
 def count_hint(paginator: EstimatedCountPaginator) -> str:
