@@ -5,7 +5,10 @@
 
 ``--example`` times the example shop's ``OrderAdmin`` as shipped (``list_select_related =
 ["customer"]``, a customer-country filter, search by customer name) over 1,000,000 orders of
-5,000 customers, instead of the test app's Ticket.
+5,000 customers, instead of the test app's Ticket — on MariaDB or on PostgreSQL
+(``DATABASE_URL=postgres://postgres@127.0.0.1:5432/admin_bench``: ``generate_series``, then
+``VACUUM ANALYZE``), into ``bench/out/admin_changelist_example_<vendor>.md``. ``--only
+middle,last`` times the pages whose names have those words.
 
 Fills ``testapp_ticket`` (the test app's Ticket: QueueMixin + subject/customer) with a
 realistic mix — mostly finished rows, some failed, a few ready, scheduled and running —
