@@ -125,6 +125,11 @@ def test_the_cursor_is_no_filter_and_no_other_link_carries_it(
     estimate(monkeypatch, len(tickets))
     changelist, shown, _ = visit(admin_user, {PAGE_VAR: "6"})
     cursor = link(changelist, 7)[KEY_VAR]
+    page = admin_client.get(URL, {PAGE_VAR: "6"}).content.decode()
+    assert f"{KEY_VAR}={cursor}" in page and f"{KEY_VAR}=5b" in page  # the links rendered
+    # The first and last pages are found by number (the true ends): their links carry nothing.
+    assert KEY_VAR not in link(visit(admin_user, {PAGE_VAR: "2"})[0], 1)
+    assert KEY_VAR not in link(visit(admin_user, {PAGE_VAR: "10"})[0], 11)
     response = admin_client.get(URL, {PAGE_VAR: "7", KEY_VAR: cursor})
     assert response.status_code == 200  # not the "?e=1" of an unknown filter
     on_seven = response.context["cl"]
