@@ -185,7 +185,7 @@ def fill_tickets(n: int, day: Any) -> int:
 
 
 #: The same rows as fill_tickets() makes, in one INSERT … SELECT over a sequence of numbers
-#: (MariaDB's sequence engine: 300,000 rows in seconds, where a Python loop takes a minute).
+#: (MariaDB's sequence engine: 300,000 rows in about a second, not 300,000 objects built in Python).
 FILL = """
 INSERT INTO testapp_ticket (subject, customer, handled, queue_state, queue_priority, queue_run_at,
     queue_attempts, queue_last_error, queue_enqueued_at)
