@@ -9,6 +9,7 @@ issue 24 ``admin-dashboard-charts.png``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.utils import timezone
 
 from django_dbqueue.states import QueueState
@@ -166,6 +168,9 @@ def login(browser: Any, live_server: Any, path: str) -> None:
 def fill_tickets(n: int, day: Any) -> int:
     """``n`` tickets: a third READY of customer 3345 (enqueued on ``day``, at its start, noon
     and end), the others succeeded, of other days. Returns how many are READY."""
+    if n >= 10_000:
+        fill_tickets_in_sql(n, day)
+        return Ticket.objects.filter(queue_state=QueueState.READY).count()
     rows = []
     for i in range(n):
         if i % 3 == 0:
@@ -180,6 +185,26 @@ def fill_tickets(n: int, day: Any) -> int:
     return Ticket.objects.filter(queue_state=QueueState.READY).count()
 
 
+#: The same rows as fill_tickets() makes, in one INSERT … SELECT over a sequence of numbers
+#: (MariaDB's sequence engine: 300,000 rows in about a second, not 300,000 objects built in Python).
+FILL = """
+INSERT INTO testapp_ticket (subject, customer, handled, queue_state, queue_priority, queue_run_at,
+    queue_attempts, queue_last_error, queue_enqueued_at)
+SELECT CONCAT('Order ', seq), CASE WHEN MOD(seq, 3) = 0 THEN 3345 ELSE 7 END, FALSE,
+    CASE WHEN MOD(seq, 3) = 0 THEN 'ready' ELSE 'succeeded' END, 0, %s, 0, '',
+    CASE WHEN MOD(seq, 3) <> 0 THEN %s WHEN MOD(seq, 9) = 0 THEN %s WHEN MOD(seq, 9) = 3 THEN %s ELSE %s END
+FROM seq_0_to_{last}
+"""
+
+
+def fill_tickets_in_sql(n: int, day: Any) -> None:
+    moments = [day - timedelta(days=2), day, day + timedelta(hours=12), day + timedelta(hours=23, minutes=59)]
+    with connection.cursor() as cursor:
+        cursor.execute(FILL.format(last=int(n) - 1), [timezone.now(), *moments])
+        cursor.execute("ANALYZE TABLE testapp_ticket")  # the planner's estimates of a full table
+        cursor.fetchall()
+
+
 @pytest.mark.parametrize(
     "n",
     [
@@ -188,13 +213,10 @@ def fill_tickets(n: int, day: Any) -> int:
             300_000,
             marks=[
                 pytest.mark.slow,
+                # The example's main database; the other databases run the 90 rows.
                 pytest.mark.skipif(
-                    "os.environ.get('DATABASE_URL', 'sqlite').startswith('sqlite')",
-                    reason="300,000 rows: MariaDB/PostgreSQL",
-                ),
-                pytest.mark.skipif(
-                    "not os.environ.get('DBQUEUE_BIG_BROWSER')",
-                    reason="300,000 rows, not in the default run: DBQUEUE_BIG_BROWSER=1 pytest -m slow",
+                    "not os.environ.get('DATABASE_URL', 'sqlite').startswith(('mysql', 'mariadb'))",
+                    reason="300,000 rows: on MariaDB (make test-mariadb)",
                 ),
             ],
         ),
@@ -248,6 +270,11 @@ def test_select_all_shows_the_exact_count_that_the_action_changes(
     assert not browser.find_elements(By.ID, "dbqueue-filter-errors")
     shown = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     assert len(shown) == min(ready, 100)
+    # the day's first page: rows of its start, noon and 23:59 (a "to" of 00:00 would drop the
+    # last two), none of two days before
+    text = browser.find_element(By.ID, "result_list").text
+    assert all(re.search(rf"\bOrder {i}\b", text) for i in (0, 3, 6)), text[:500]
+    assert not re.search(r"\bOrder 1\b", text)
     browser.save_screenshot(str(shots / "admin-whole-day.png"))
 
     # a huge delay: a form error, not a server error

@@ -12,13 +12,16 @@ query per row. Counting and bulk actions never join either.
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Iterable
+from typing import Any, cast
 
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
 from .filters import filter_errors
+from .keyset import KEY_VAR
+from .pagination import EstimatedCountPaginator
 
 
 def related_to_fetch(changelist: ChangeList) -> list[str]:
@@ -54,6 +57,24 @@ def _foreign_key_in_list_display(changelist: ChangeList) -> bool:
 
 
 class QueueChangeList(ChangeList):
+    def get_filters_params(self, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        # A page link's cursor is not a filter (Django would look for a field of that name).
+        lookup_params = super().get_filters_params(params)
+        lookup_params.pop(KEY_VAR, None)
+        return lookup_params
+
+    def get_query_string(
+        self, new_params: dict[str, Any] | None = None, remove: Iterable[str] | None = None
+    ) -> str:
+        # Every link drops the cursor of the page shown (it fits that page's neighbours only,
+        # not another filter or order); a link to a neighbouring page gets its own.
+        new_params = {KEY_VAR: None, **(new_params or {})}
+        paginator = getattr(self, "paginator", None)
+        target = new_params.get(PAGE_VAR)
+        if isinstance(paginator, EstimatedCountPaginator) and isinstance(target, int):
+            new_params[KEY_VAR] = paginator.link_cursor(target)
+        return super().get_query_string(new_params, remove)
+
     def apply_select_related(self, qs: models.QuerySet) -> models.QuerySet:
         related = related_to_fetch(self)
         return qs.prefetch_related(*related) if related else qs

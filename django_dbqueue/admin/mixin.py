@@ -41,6 +41,7 @@ from .changelist import QueueChangeList
 from .charts import charts
 from .display import describe_queue_state, error_summary, number
 from .filters import HasErrorFilter, WholeDayRangeFilter
+from .keyset import KEY_VAR
 from .pagination import EstimatedCountPaginator, count_hint, count_text, results_text
 from .people import PeopleAdminMixin
 from .rows import RowAdminMixin
@@ -150,6 +151,14 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[QueueChangeList]:
         return QueueChangeList
+
+    def get_paginator(
+        self, request: HttpRequest, queryset: Any, per_page: int, *args: Any, **kwargs: Any
+    ) -> Any:
+        paginator = super().get_paginator(request, queryset, per_page, *args, **kwargs)
+        if isinstance(paginator, EstimatedCountPaginator):  # a page link's cursor (admin/keyset.py)
+            paginator.cursor = request.GET.get(KEY_VAR)
+        return paginator
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
