@@ -23,7 +23,7 @@ from django.db import DatabaseError, models, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from . import outcomes, rescue
+from . import cancellation, outcomes, rescue, unique
 from .backends import DbNow, aware, backend_for, db_now_plus, retry_on_lock_conflicts
 from .exceptions import describe_error
 from .leases import RUN_ALONE, Claim, as_timedelta, default_worker_id, new_token
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     # For the type checker the mixin is a QuerySet (of any QueueMixin model: its lookups name
     # the model's own fields); at run time it is mixed into one (QueueQuerySet, or the model's).
     _QuerySetBase = models.QuerySet[Any]
+    Row = QueueMixin | Mapping[str, Any]
 else:
     _QuerySetBase = object
 
@@ -173,13 +174,10 @@ class QueueQuerySetMixin(_QuerySetBase):
 
     # -- enqueueing --------------------------------------------------------------------------
 
-    def bulk_enqueue(self, objs: Iterable[QueueMixin | Mapping[str, Any]], batch_size: int = 1000) -> int:
-        """Insert new rows as READY queue items, ``batch_size`` per INSERT; return how many.
-
-        A row is a model instance or a mapping of field names to values (a missing field
-        takes its default). Every row is READY whatever its ``queue_state``. Runs in the
-        caller's transaction, or in one of its own. An unknown field raises ``TypeError``
-        before anything is inserted."""
+    def bulk_enqueue(self, objs: Iterable[Row], batch_size: int = 1000, on_duplicate: str | None = None) -> int:
+        """Insert rows (instances or mappings of field names to values) as READY queue items,
+        ``batch_size`` per INSERT (one by one with a unique key: unique.py); return how many.
+        Runs in the caller's transaction or its own; an unknown field inserts nothing."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         instances = []
@@ -198,6 +196,8 @@ class QueueQuerySetMixin(_QuerySetBase):
                 )
             instance.queue_state = QueueState.READY
             instances.append(instance)
+        if unique.keyed(self.model, on_duplicate):  # checks the policy: a bad one writes nothing
+            return self._notified(unique.bulk_enqueue_each(self, instances, on_duplicate))
         with transaction.atomic(using=self.db, savepoint=False):
             self.model._base_manager.using(self.db).bulk_create(instances, batch_size=batch_size)
         return self._notified(len(instances))
@@ -243,9 +243,8 @@ class QueueQuerySetMixin(_QuerySetBase):
     # -- bulk operations (one UPDATE each) ---------------------------------------------------
 
     def retry_now(self) -> int:
-        """READY rows (waiting for a retry or a date) and FAILED rows become due now.
-
-        A FAILED row starts over with a fresh attempt budget; a READY row keeps its count."""
+        """READY rows (waiting for a retry or a date) and FAILED rows become due now. A FAILED
+        row starts over with a fresh attempt budget; a READY row keeps its count."""
         # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
         # CASE placed after `queue_state = 'ready'` would see the new state.
         return self._notified(
@@ -275,6 +274,10 @@ class QueueQuerySetMixin(_QuerySetBase):
     def cancel(self) -> int:
         """Cancel READY (and IDLE) rows; running and finished rows are left as they are."""
         return self.cancellable().update(queue_state=QueueState.CANCELLED, queue_finished_at=DbNow())
+
+    def cancel_running(self, requested_by: str = "") -> int:
+        """Ask the workers of the RUNNING rows to cancel them; see cancellation.py."""
+        return cancellation.cancel_running(self, requested_by)
 
     # -- recovery ---------------------------------------------------------------------------
 
