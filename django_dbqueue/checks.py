@@ -130,8 +130,7 @@ def _check_unique(model: type[QueueMixin]) -> list[checks.CheckMessage]:
     if unique.key_field(model) is None:
         return [
             checks.Error(
-                f"{label} sets queue_unique but has no unique key column: nothing would stop "
-                "a duplicate.",
+                f"{label} sets queue_unique but has no unique key column: nothing would stop a duplicate.",
                 hint=f"Declare {unique.KEY_FIELD} = QueueUniqueKey('field', ...) "
                 "(from django_dbqueue.unique) and make a migration.",
                 obj=model,

@@ -30,6 +30,7 @@ class AttemptOutcome(models.TextChoices):
     RETRIED = "retried", "Failed, retried later"
     FAILED = "failed", "Failed for good"
     LOST = "lost", "Lease expired (worker lost)"
+    CANCELLED = "cancelled", "Cancelled while running"
 
 
 def history_enabled(model: type[QueueMixin]) -> bool:

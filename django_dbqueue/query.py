@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     # For the type checker the mixin is a QuerySet (of any QueueMixin model: its lookups name
     # the model's own fields); at run time it is mixed into one (QueueQuerySet, or the model's).
     _QuerySetBase = models.QuerySet[Any]
-    Row = QueueMixin | Mapping[str, Any]
 else:
     _QuerySetBase = object
 
@@ -174,10 +173,11 @@ class QueueQuerySetMixin(_QuerySetBase):
 
     # -- enqueueing --------------------------------------------------------------------------
 
-    def bulk_enqueue(self, objs: Iterable[Row], batch_size: int = 1000, on_duplicate: str | None = None) -> int:
-        """Insert rows (instances or mappings of field names to values) as READY queue items,
-        ``batch_size`` per INSERT (one by one with a unique key: unique.py); return how many.
-        Runs in the caller's transaction or its own; an unknown field inserts nothing."""
+    def bulk_enqueue(
+        self, objs: Iterable[Any], batch_size: int = 1000, on_duplicate: str | None = None
+    ) -> int:
+        """Insert rows (instances, or mappings of field names to values) READY, ``batch_size``
+        per INSERT (one by one with a unique key: see unique.py); return how many inserted."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         instances = []

@@ -121,8 +121,8 @@ def active_duplicate(row: QueueMixin, using: str) -> QueueMixin | None:
     field = key_field(type(row))
     assert field is not None
     model = type(row)
-    match = {model._meta.get_field(name).attname: getattr(row, model._meta.get_field(name).attname)
-             for name in field.key_fields}
+    names = [model._meta.get_field(name).attname for name in field.key_fields]  # type: ignore[union-attr]
+    match = {name: getattr(row, name) for name in names}
     rows = model._base_manager.using(using).filter(queue_state__in=_ACTIVE, **match)
     if row.pk is not None:
         rows = rows.exclude(pk=row.pk)

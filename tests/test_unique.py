@@ -206,7 +206,9 @@ def test_four_processes_enqueueing_the_same_keys_at_once_leave_one_active_row_pe
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert sum(r["created"] for r in results) == keys
     assert UniqueJob.objects.count() == keys
-    assert sorted(UniqueJob.objects.values_list("queue_unique_key", flat=True)) == sorted(f"k{k}" for k in range(keys))
+    assert sorted(UniqueJob.objects.values_list("queue_unique_key", flat=True)) == sorted(
+        f"k{k}" for k in range(keys)
+    )
     if policy == "raise":
         assert sum(r["raised"] for r in results) == 3 * keys
     else:

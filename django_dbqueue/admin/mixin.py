@@ -36,6 +36,7 @@ from django.utils.translation import gettext_lazy as _
 from rangefilter.filters import NumericRangeFilter
 
 from .actions import ActionsAdminMixin
+from .cancel import CancelAdminMixin
 from .changelist import QueueChangeList
 from .display import describe_queue_state, error_summary, number
 from .filters import HasErrorFilter, WholeDayRangeFilter
@@ -53,7 +54,7 @@ __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_s
 CHANGELIST_ATTRIBUTE = "dbqueue_changelist"
 
 
-class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
+class QueueAdminMixin(CancelAdminMixin, ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
     """Mix into a ``ModelAdmin`` of a ``QueueMixin`` model (before ``admin.ModelAdmin``)."""
 
     #: Columns added after the model admin's own ``list_display``.
@@ -81,6 +82,7 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
         "dbqueue_reprioritize",
         "dbqueue_reschedule",
         "dbqueue_cancel",
+        "dbqueue_cancel_running",
         "dbqueue_enqueue_again",
         "dbqueue_delete",
     )

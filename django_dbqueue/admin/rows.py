@@ -2,7 +2,8 @@
 the attempt history) and Retry now / Reschedule / Cancel buttons for that row.
 
 The buttons run the same QuerySet operations as the bulk actions, over one primary key: one
-UPDATE each, never touching a RUNNING row (the worker holds it until its outcome).
+UPDATE each, never touching a RUNNING row (the worker holds it until its outcome); a running
+row's "Cancel" asks its worker to stop it (see django_dbqueue.cancellation).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ ROW_OPERATIONS = {
     "retry": (_("Retry now"), (QueueState.READY, QueueState.FAILED)),
     "reschedule": (_("Reschedule…"), (QueueState.READY,)),
     "cancel": (_("Cancel"), (QueueState.READY, QueueState.IDLE)),
+    "cancel_running": (_("Cancel (stop its worker)"), (QueueState.RUNNING,)),
 }
 
 
@@ -189,6 +191,9 @@ class RowAdminMixin(QueueAdminBase):
             changed, done = qs.reschedule(form.target()), _("%(item)s is rescheduled.")
         elif operation == "retry":
             changed, done = qs.retry_now(), _("%(item)s is due now.")
+        elif operation == "cancel_running":
+            changed = qs.cancel_running(requested_by=request.user.get_username())
+            done = _("Asked the worker of %(item)s to stop it: it ends cancelled at its next lease renewal.")
         else:
             changed, done = qs.cancel(), _("%(item)s is cancelled.")
         if changed:

@@ -137,7 +137,10 @@ class QueueMixin(models.Model):
         return as_timedelta(cls.queue_lease or settings.LEASE, f"{cls.__name__}.queue_lease")
 
     def enqueue(
-        self, run_at: datetime | timedelta | None = None, priority: int | None = None, on_duplicate: str | None = None
+        self,
+        run_at: datetime | timedelta | None = None,
+        priority: int | None = None,
+        on_duplicate: str | None = None,
     ) -> bool:
         """Queue this row again (READY, attempts cleared), or insert it READY if it is new.
 
@@ -152,7 +155,8 @@ class QueueMixin(models.Model):
             if priority is not None:
                 self.queue_priority = check_priority(priority)
             return unique.enqueue_new(qs, self, on_duplicate).created
-        done = unique.enqueue(self, qs.db, on_duplicate, lambda: qs.filter(pk=self.pk).enqueue(run_at, priority))
+        requeue = qs.filter(pk=self.pk)
+        done = unique.enqueue(self, qs.db, on_duplicate, lambda: requeue.enqueue(run_at, priority))
         self.refresh_from_db(using=qs.db, fields=list(QUEUE_FIELDS))
         self._queue_claim = None
         return done.created
