@@ -44,6 +44,17 @@ def attempt_model() -> type[QueueAttempt]:
     return apps.get_model("django_dbqueue", "QueueAttempt")
 
 
+#: What ``attempt_for`` reads of a row (for loading rows with ``.only()``).
+ATTEMPT_FIELDS = (
+    "pk",
+    "queue_attempts",
+    "queue_locked_by",
+    "queue_enqueued_at",
+    "queue_run_at",
+    "queue_last_attempt_at",
+)
+
+
 def attempt_for(
     row: QueueMixin,
     outcome: str,

@@ -26,7 +26,7 @@ from . import cancellation, claims, signals
 from .backends import retry_on_lock_conflicts
 from .claims import fenced, rows_of
 from .exceptions import JobCancelled, LeaseLost, describe_error
-from .history import AttemptOutcome, attempt_for, copy_attempts, write_attempts
+from .history import ATTEMPT_FIELDS, AttemptOutcome, attempt_for, copy_attempts, write_attempts
 from .leases import RUN_ALONE, Claim
 from .retry import retry_at as decide_retry
 from .states import QueueState
@@ -36,15 +36,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_dbqueue.outcomes")
 
-#: What an attempt row is made of (see history.attempt_for).
-_ATTEMPT_FIELDS = (
-    "pk",
-    "queue_attempts",
-    "queue_locked_by",
-    "queue_enqueued_at",
-    "queue_run_at",
-    "queue_last_attempt_at",
-)
 #: What a claim's outcome clears of the claim on the row.
 _UNCLAIMED = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
 
@@ -257,7 +248,7 @@ def end_cancelled(model: type[QueueMixin], rows: Sequence[Any], claim: Claim, wh
         with transaction.atomic(using=claim.using, savepoint=False):
             # Locked first (SQLite: the transaction holds the only write lock), so the rows
             # read are the rows written, even racing the worker's own write of an outcome.
-            held = list(fenced(model, ids, claim).select_for_update().only(*_ATTEMPT_FIELDS))
+            held = list(fenced(model, ids, claim).select_for_update().only(*ATTEMPT_FIELDS))
             if not held:
                 return set()
             fenced(model, [row.pk for row in held], claim).update(

@@ -23,7 +23,7 @@ from django.db import transaction
 from . import cancellation
 from .backends import DbNow, aware, retry_on_lock_conflicts
 from .conf import settings
-from .history import AttemptOutcome, attempt_for, write_attempts
+from .history import ATTEMPT_FIELDS, AttemptOutcome, attempt_for, write_attempts
 from .leases import RUN_ALONE
 from .states import QueueState
 
@@ -33,15 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_dbqueue.rescue")
 
 #: What the rescue reads of an expired row: enough for its attempt row and its retry policy.
-RESCUE_FIELDS = (
-    "pk",
-    "queue_attempts",
-    "queue_locked_by",
-    "queue_enqueued_at",
-    "queue_run_at",
-    "queue_last_attempt_at",
-    "queue_token",
-)
+RESCUE_FIELDS = (*ATTEMPT_FIELDS, "queue_token")
 
 
 SPARED = (

@@ -67,6 +67,7 @@ def test_a_cancelled_lease_mode_handler_stops_within_a_renewal_and_its_late_outc
     row.request_cancel(requested_by="ops")
     assert wait_until(lambda: state(row) == QueueState.CANCELLED, 10)
     cancelled_in = time.monotonic() - asked
+    print(f"CANCELLED {cancelled_in:.2f} s after the request")  # the docs quote it (pytest -s)
     # The handler stopped: the worker went on to the next row.
     assert wait_until(lambda: state(after) == QueueState.SUCCEEDED, 10)
     # A handler that swallows JobCancelled and returns: its success is rejected.
@@ -102,6 +103,7 @@ def test_a_cancelled_atomic_handler_stops_and_its_effects_are_rolled_back(start_
     row.request_cancel()
     assert wait_until(lambda: state(row) == QueueState.CANCELLED, 15)
     cancelled_in = time.monotonic() - asked
+    print(f"CANCELLED {cancelled_in:.2f} s after the request")  # the docs quote it (pytest -s)
     assert wait_until(lambda: state(after) == QueueState.SUCCEEDED, 15)
     worker.signal(signal.SIGTERM)
     assert worker.wait(60) == 0, worker.output
