@@ -64,7 +64,6 @@ class QueueUniqueKey(models.GeneratedField):
         if not fields or not all(isinstance(name, str) and name for name in fields):
             raise TypeError("QueueUniqueKey() needs the names of the fields that make the key")
         self.key_fields = tuple(fields)
-        self.key_max_length = max_length
         for name in ("expression", "output_field", "db_persist"):
             kwargs.pop(name, None)  # ours to decide
         kwargs.setdefault("unique", True)
@@ -73,6 +72,7 @@ class QueueUniqueKey(models.GeneratedField):
             expression=key_expression(fields, max_length),
             output_field=models.CharField(max_length=max_length, null=True),
             db_persist=True,  # stored: MariaDB and SQLite index only stored generated columns well
+            max_length=max_length,  # what Django's MySQL check (W003) reads of a unique column
             **kwargs,
         )
 
@@ -84,8 +84,8 @@ class QueueUniqueKey(models.GeneratedField):
             del kwargs["unique"]
         if kwargs.get("null") is True:
             del kwargs["null"]
-        if self.key_max_length != 255:
-            kwargs["max_length"] = self.key_max_length
+        if kwargs.get("max_length") == 255:
+            del kwargs["max_length"]
         return name, "django_dbqueue.unique.QueueUniqueKey", list(self.key_fields), kwargs
 
 

@@ -151,9 +151,16 @@ def test_system_checks_catch_a_policy_without_the_column_and_a_policy_that_does_
     assert all(isinstance(e, checks.Error) for e in _check_unique(BadPolicy))
 
 
-def test_a_key_field_needs_its_fields() -> None:
+def test_a_key_field_needs_its_fields_and_migrates_as_them() -> None:
     with pytest.raises(TypeError, match="names of the fields"):
         QueueUniqueKey()
+    field = QueueUniqueKey("a", "b", max_length=100)
+    field.set_attributes_from_name("queue_unique_key")
+    assert field.deconstruct()[1:] == (
+        "django_dbqueue.unique.QueueUniqueKey",
+        ["a", "b"],
+        {"max_length": 100},
+    )
 
 
 # -- real processes ------------------------------------------------------------------------------
