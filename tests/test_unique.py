@@ -223,3 +223,20 @@ def test_four_processes_enqueueing_the_same_keys_at_once_leave_one_active_row_pe
     if policy == "ignore":
         # Nothing but the inserts was written: each row has its own inserter's priority.
         assert set(UniqueJob.objects.values_list("queue_priority", flat=True)) <= {1, 2, 3, 4}
+
+
+def test_the_admin_says_why_a_retry_that_would_duplicate_an_active_key_changed_nothing(admin_client) -> None:
+    from django.urls import reverse
+
+    old = UniqueJob.objects.create(key="k", queue_state=QueueState.FAILED)
+    UniqueJob(key="k").enqueue()
+    url = reverse("admin:testapp_uniquejob_changelist")
+    data = {"action": "dbqueue_retry_now", "_selected_action": [str(old.pk)], "index": "0"}
+    response = admin_client.post(url, data, follow=True)
+    assert response.status_code == 200
+    assert "the database refused the whole action" in " ".join(str(m) for m in response.context["messages"])
+    button = reverse("admin:testapp_uniquejob_dbqueue_row", args=[old.pk, "retry"])
+    response = admin_client.post(button, follow=True)
+    assert response.status_code == 200
+    assert "Nothing was changed" in " ".join(str(m) for m in response.context["messages"])
+    assert UniqueJob.objects.get(pk=old.pk).queue_state == QueueState.FAILED

@@ -44,6 +44,7 @@ from .pagination import EstimatedCountPaginator, count_hint, count_text, results
 from .people import PeopleAdminMixin
 from .rows import RowAdminMixin
 from .stats import queue_stats
+from .unique import UniqueKeyAdminMixin
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -54,7 +55,9 @@ __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_s
 CHANGELIST_ATTRIBUTE = "dbqueue_changelist"
 
 
-class QueueAdminMixin(CancelAdminMixin, ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
+class QueueAdminMixin(
+    UniqueKeyAdminMixin, CancelAdminMixin, ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin
+):
     """Mix into a ``ModelAdmin`` of a ``QueueMixin`` model (before ``admin.ModelAdmin``)."""
 
     #: Columns added after the model admin's own ``list_display``.
