@@ -116,6 +116,27 @@ def test_a_cancelled_atomic_handler_stops_and_its_effects_are_rolled_back(start_
 
 
 @pytest.mark.processes
+@pytest.mark.parametrize(
+    "model", [SlowJob, pytest.param(AtomicSlowJob, marks=skip_on_sqlite)], ids=["lease", "atomic"]
+)
+def test_a_cancelled_row_of_a_claim_that_has_not_started_never_starts(start_worker, model) -> None:
+    first, second = model.objects.create(seconds=60), model.objects.create(seconds=60)
+    third = model.objects.create(seconds=0, queue_priority=-1)
+    worker = start_worker(model._meta.label, "--lease", str(LEASE), "--batch-size", "3")
+    assert wait_until(lambda: state(third) == QueueState.RUNNING, 60)  # all three claimed together
+    time.sleep(0.3)
+    assert model.objects.filter(pk__in=[first.pk, second.pk]).cancel_running() == 2
+    assert wait_until(lambda: state(third) == QueueState.SUCCEEDED, 15), worker.proc.poll()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output
+    assert {state(first), state(second)} == {QueueState.CANCELLED}
+    ran = set(Ledger.objects.filter(kind=model.__name__).values_list("job_id", flat=True))
+    # The one that was running wrote its ledger row (kept in lease mode, rolled back in atomic
+    # mode); the other never started.
+    assert ran == ({first.pk, third.pk} if model is SlowJob else {third.pk}), worker.output
+
+
+@pytest.mark.processes
 def test_a_row_whose_worker_died_is_cancelled_by_the_rescue_not_retried(start_worker) -> None:
     first = start_worker("testapp.SlowJob", "--lease", "1", "--batch-size", "1")
     row = SlowJob.objects.create(seconds=60)
