@@ -187,8 +187,9 @@ class LeaseKeeper:
                 return
             done.update(new)
             held = set(self._held[claim.token][2]) if claim.token in self._held else set()
-        if not model.queue_atomic:
-            self._end_cancelled(model, claim, new, held)
+        if not model.queue_atomic and not self._end_cancelled(model, claim, new, held):
+            with self._lock:
+                done.difference_update(new)  # not written: read again at the next renewal
         running = self.running
         running = running if running is not None and running.token == claim.token else None
         if running is not None and not running.finished and running.pk in new:
@@ -196,7 +197,8 @@ class LeaseKeeper:
             if self.interrupt is not None:
                 self.interrupt()
 
-    def _end_cancelled(self, model: type[QueueMixin], claim: Claim, new: dict[Any, str], held: set) -> None:
+    def _end_cancelled(self, model: type[QueueMixin], claim: Claim, new: dict[Any, str], held: set) -> bool:
+        """Lease mode: write CANCELLED for the requested rows still held; False if it failed."""
         for by in set(new.values()):
             ids = [pk for pk, who in new.items() if who == by and pk in held]
             try:
@@ -204,9 +206,11 @@ class LeaseKeeper:
             except DatabaseError as exc:
                 logger.warning("cancelling %s rows failed: %s", model._meta.label, exc)
                 connections.close_all()
-                return
-            self._mark_lost(claim, set(written))
-            logger.info("cancelled %s pk=%s on request", model._meta.label, ", ".join(map(str, written)))
+                return False
+            if written:
+                self._mark_lost(claim, written)
+                logger.info("cancelled %s pk=%s on request", model._meta.label, ", ".join(map(str, written)))
+        return True
 
     def _watch_timeout(self) -> None:
         running = self.running
