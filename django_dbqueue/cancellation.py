@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from .models import QueueMixin
     from .models.cancel_request import CancelRequest
 
+    _QuerySetBase = models.QuerySet[Any]  # as in query.py: a QuerySet for the type checker
+else:
+    _QuerySetBase = object
+
 #: Request rows deleted per statement.
 _CHUNK = 500
 
@@ -69,6 +73,14 @@ def cancel_running(qs: models.QuerySet, requested_by: str = "") -> int:
             ignore_conflicts=True,  # an operator racing with another asks for the same thing
         )
     return len(running)
+
+
+class CancelRunningMixin(_QuerySetBase):
+    """``cancel_running()`` on the queue QuerySet (query.QueueQuerySetMixin inherits it)."""
+
+    def cancel_running(self, requested_by: str = "") -> int:
+        """Ask the workers of the RUNNING rows to cancel them; return how many were asked."""
+        return cancel_running(self, requested_by)
 
 
 def request_cancel(row: QueueMixin, requested_by: str = "") -> None:

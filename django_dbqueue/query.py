@@ -66,7 +66,7 @@ def run_at_expression(run_at: datetime | timedelta | None) -> Any:
     raise TypeError(f"run_at must be a datetime or a timedelta, not {run_at!r}")
 
 
-class QueueQuerySetMixin(_QuerySetBase):
+class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
     """Queue operations for any QuerySet of a QueueMixin model.
 
     Compose it with your own QuerySet: ``class OrderQuerySet(QueueQuerySetMixin,
@@ -274,10 +274,6 @@ class QueueQuerySetMixin(_QuerySetBase):
     def cancel(self) -> int:
         """Cancel READY (and IDLE) rows; running and finished rows are left as they are."""
         return self.cancellable().update(queue_state=QueueState.CANCELLED, queue_finished_at=DbNow())
-
-    def cancel_running(self, requested_by: str = "") -> int:
-        """Ask the workers of the RUNNING rows to cancel them; see cancellation.py."""
-        return cancellation.cancel_running(self, requested_by)
 
     # -- recovery ---------------------------------------------------------------------------
 
