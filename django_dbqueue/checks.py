@@ -11,6 +11,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
 
+from . import unique
 from .backends import backend_for
 from .models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
 from .retry import RetryPolicy
@@ -89,6 +90,7 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
                     id="django_dbqueue.E005",
                 )
             )
+    errors.extend(_check_unique(model))
     if inspect.isgeneratorfunction(model.process):
         errors.append(
             checks.Error(
@@ -109,6 +111,33 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
             )
         )
     return errors
+
+
+def _check_unique(model: type[QueueMixin]) -> list[checks.CheckMessage]:
+    """A duplicate policy needs the key column, and must be one that exists."""
+    label, policy = model._meta.label, getattr(model, "queue_unique", None)
+    if policy is None:
+        return []
+    if policy not in unique.POLICIES:
+        return [
+            checks.Error(
+                f"{label}.queue_unique is {policy!r}, not a duplicate policy.",
+                hint=f"Use one of {', '.join(map(repr, unique.POLICIES))}.",
+                obj=model,
+                id="django_dbqueue.E040",
+            )
+        ]
+    if unique.key_field(model) is None:
+        return [
+            checks.Error(
+                f"{label} sets queue_unique but has no unique key column: nothing would stop a duplicate.",
+                hint=f"Declare {unique.KEY_FIELD} = QueueUniqueKey('field', ...) "
+                "(from django_dbqueue.unique) and make a migration.",
+                obj=model,
+                id="django_dbqueue.E041",
+            )
+        ]
+    return []
 
 
 @checks.register(checks.Tags.database)

@@ -59,4 +59,11 @@ def adopt(
 
 def succeeded(model: type[QueueMixin], pk: Any, claim: Claim) -> bool:
     """Whether ``claim`` recorded the row's success (read from the database)."""
-    return rows_of(model, claim.using).filter(pk=pk, queue_token=-claim.token).exists()
+    rows = rows_of(model, claim.using).filter(pk=pk, queue_token=-claim.token)
+    return rows.filter(queue_state=QueueState.SUCCEEDED).exists()
+
+
+def ended_cancelled(model: type[QueueMixin], pk: Any, claim: Claim) -> bool:
+    """Whether the row's cancellation was recorded for ``claim`` (by its lease keeper)."""
+    rows = rows_of(model, claim.using).filter(pk=pk, queue_token=-claim.token)
+    return rows.filter(queue_state=QueueState.CANCELLED).exists()

@@ -36,6 +36,29 @@ class JobTimeout(BaseException):
     ``except Exception`` cannot swallow it and keep running."""
 
 
+class JobCancelled(BaseException):
+    """Raised inside a handler whose row an operator asked to cancel (``request_cancel()``),
+    at the worker's next check of its claims; the row ends CANCELLED.
+
+    A BaseException like :class:`JobTimeout`, so a broad ``except Exception`` in a handler
+    does not swallow it; a handler may catch it to clean up, and should then re-raise."""
+
+
+class DuplicateJob(QueueError):
+    """Enqueueing a row of a unique model whose key an active (READY/RUNNING) row holds
+    already, with the duplicate policy ``"raise"``. Nothing was written."""
+
+    def __init__(self, message: str, existing: object = None) -> None:
+        super().__init__(message)
+        #: The active row that holds the key.
+        self.existing = existing
+
+
+class NotRunning(QueueError):
+    """``request_cancel()`` of a row that is not RUNNING (a READY row is cancelled with
+    ``cancel()``; a finished one has nothing left to cancel). Nothing was written."""
+
+
 def describe_error(error: BaseException | str) -> str:
     """The text kept in ``queue_last_error``: the full traceback of an exception."""
     if isinstance(error, BaseException):

@@ -30,6 +30,7 @@ class AttemptOutcome(models.TextChoices):
     RETRIED = "retried", "Failed, retried later"
     FAILED = "failed", "Failed for good"
     LOST = "lost", "Lease expired (worker lost)"
+    CANCELLED = "cancelled", "Cancelled while running"
 
 
 def history_enabled(model: type[QueueMixin]) -> bool:
@@ -41,6 +42,17 @@ def attempt_model() -> type[QueueAttempt]:
     # Looked up, not imported: the history model lives in models/, which sits above this
     # module (the queue mixin there declares a manager built on query.py and outcomes.py).
     return apps.get_model("django_dbqueue", "QueueAttempt")
+
+
+#: What ``attempt_for`` reads of a row (for loading rows with ``.only()``).
+ATTEMPT_FIELDS = (
+    "pk",
+    "queue_attempts",
+    "queue_locked_by",
+    "queue_enqueued_at",
+    "queue_run_at",
+    "queue_last_attempt_at",
+)
 
 
 def attempt_for(

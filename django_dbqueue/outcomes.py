@@ -22,11 +22,11 @@ from django.db import transaction
 from django.db.models import F
 from django.dispatch import Signal
 
-from . import signals
+from . import cancellation, claims, signals
 from .backends import retry_on_lock_conflicts
 from .claims import fenced, rows_of
-from .exceptions import LeaseLost, describe_error
-from .history import AttemptOutcome, attempt_for, copy_attempts, write_attempts
+from .exceptions import JobCancelled, LeaseLost, describe_error
+from .history import ATTEMPT_FIELDS, AttemptOutcome, attempt_for, copy_attempts, write_attempts
 from .leases import RUN_ALONE, Claim
 from .retry import retry_at as decide_retry
 from .states import QueueState
@@ -94,9 +94,10 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
             if count == len(ids):
                 written = set(ids)
             else:
+                # The token negated is also what a cancellation leaves: the state tells.
                 written = set(
                     rows_of(model, claim.using)
-                    .filter(pk__in=ids, queue_token=-claim.token)
+                    .filter(pk__in=ids, queue_token=-claim.token, queue_state=QueueState.SUCCEEDED)
                     .values_list("pk", flat=True)
                 )
             copy_attempts(model, claim.using, ids, -claim.token, AttemptOutcome.SUCCEEDED, finished_at)
@@ -133,6 +134,15 @@ def fail(row: QueueMixin, claim: Claim, error: BaseException | str, alone: bool 
     again at the returned time (claimed by itself, with ``alone``), or FAILED for good (None).
     Raises LeaseLost if the claim is gone (nothing written)."""
     model = type(row)
+    if isinstance(error, JobCancelled):
+        # Ended by the operator's request, not by the handler: no retry. The lease keeper
+        # may have written it already (lease mode): then there is nothing more to do.
+        ended = end_cancelled(model, [row], claim, str(error))
+        if not ended and not claims.ended_cancelled(model, row.pk, claim):
+            _rejected(row, "cancelled", claim)
+            raise LeaseLost(f"{model._meta.label} pk={row.pk}: lease lost, cancellation not recorded")
+        row.queue_state, row._queue_claim = QueueState.CANCELLED, None
+        return None
     now = claim.now()
     retry_at = decide_retry(row.queue_retry_policy(), row.queue_attempts, error, now)
     text = describe_error(error)
@@ -233,9 +243,33 @@ def defer(model: type[QueueMixin], pk: Any, claim: Claim, until: datetime) -> bo
     )
 
 
-def cancel(model: type[QueueMixin], pk: Any, claim: Claim, reason: str = "") -> bool:
-    """End a claimed row CANCELLED (a person decided it needs no doing)."""
-    return _end(model, pk, claim, QueueState.CANCELLED, reason)
+def end_cancelled(model: type[QueueMixin], rows: Sequence[Any], claim: Claim, why: str) -> set[Any]:
+    """End claimed rows CANCELLED (an operator asked: see cancellation.py), their requests
+    deleted and their attempts kept in the same transaction; return the ids written. Rows
+    are instances or primary keys (the lease keeper knows only those)."""
+    ids = [getattr(row, "pk", row) for row in rows]
+    now = claim.now()
+
+    def write() -> set[Any]:
+        with transaction.atomic(using=claim.using, savepoint=False):
+            # Locked first (SQLite: the transaction holds the only write lock), so the rows
+            # read are the rows written, even racing the worker's own write of an outcome.
+            held = list(fenced(model, ids, claim).select_for_update().only(*ATTEMPT_FIELDS))
+            if not held:
+                return set()
+            fenced(model, [row.pk for row in held], claim).update(
+                queue_state=QueueState.CANCELLED,
+                queue_last_error=why,
+                queue_finished_at=now,
+                queue_token=-claim.token,
+                queue_locked_until=None,
+            )
+            cancellation.forget(model, claim.using, [row.pk for row in held])
+            attempts = (attempt_for(row, AttemptOutcome.CANCELLED, now, why) for row in held)
+            write_attempts(model, claim.using, attempts)
+        return {row.pk for row in held}
+
+    return retry_on_lock_conflicts(claim.using, write, "cancel")
 
 
 def renew(model: type[QueueMixin], ids: Sequence[Any], claim: Claim) -> set[Any]:
@@ -258,9 +292,9 @@ def after_commit_error(row: QueueMixin, claim: Claim, error: BaseException) -> N
 
 __all__ = [
     "after_commit_error",
-    "cancel",
     "defer",
     "describe_error",
+    "end_cancelled",
     "fail",
     "fail_by_key",
     "release",

@@ -23,7 +23,7 @@ from django.db import DatabaseError, models, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from . import outcomes, rescue, traces
+from . import cancellation, outcomes, rescue, traces, unique
 from .backends import DbNow, aware, backend_for, db_now_plus, retry_on_lock_conflicts
 from .exceptions import describe_error
 from .leases import RUN_ALONE, Claim, as_timedelta, default_worker_id, new_token
@@ -66,7 +66,7 @@ def run_at_expression(run_at: datetime | timedelta | None) -> Any:
     raise TypeError(f"run_at must be a datetime or a timedelta, not {run_at!r}")
 
 
-class QueueQuerySetMixin(_QuerySetBase):
+class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
     """Queue operations for any QuerySet of a QueueMixin model.
 
     Compose it with your own QuerySet: ``class OrderQuerySet(QueueQuerySetMixin,
@@ -173,13 +173,11 @@ class QueueQuerySetMixin(_QuerySetBase):
 
     # -- enqueueing --------------------------------------------------------------------------
 
-    def bulk_enqueue(self, objs: Iterable[QueueMixin | Mapping[str, Any]], batch_size: int = 1000) -> int:
-        """Insert new rows as READY queue items, ``batch_size`` per INSERT; return how many.
-
-        A row is a model instance or a mapping of field names to values (a missing field
-        takes its default). Every row is READY whatever its ``queue_state``. Runs in the
-        caller's transaction, or in one of its own. An unknown field raises ``TypeError``
-        before anything is inserted."""
+    def bulk_enqueue(
+        self, objs: Iterable[Any], batch_size: int = 1000, on_duplicate: str | None = None
+    ) -> int:
+        """Insert rows (instances, or mappings of field names to values) READY, ``batch_size``
+        per INSERT (one by one with a unique key: see unique.py); return how many inserted."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         instances = []
@@ -199,6 +197,8 @@ class QueueQuerySetMixin(_QuerySetBase):
             instance.queue_state = QueueState.READY
             instances.append(instance)
         traces.stamp(self.model, rows=instances)
+        if unique.keyed(self.model, on_duplicate):  # checks the policy: a bad one writes nothing
+            return self._notified(unique.bulk_enqueue_each(self, instances, on_duplicate))
         with transaction.atomic(using=self.db, savepoint=False):
             self.model._base_manager.using(self.db).bulk_create(instances, batch_size=batch_size)
         return self._notified(len(instances))
@@ -245,9 +245,8 @@ class QueueQuerySetMixin(_QuerySetBase):
     # -- bulk operations (one UPDATE each) ---------------------------------------------------
 
     def retry_now(self) -> int:
-        """READY rows (waiting for a retry or a date) and FAILED rows become due now.
-
-        A FAILED row starts over with a fresh attempt budget; a READY row keeps its count."""
+        """READY rows (waiting for a retry or a date) and FAILED rows become due now. A FAILED
+        row starts over with a fresh attempt budget; a READY row keeps its count."""
         # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
         # CASE placed after `queue_state = 'ready'` would see the new state.
         return self._notified(

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from . import signals
+from . import cancellation, signals
 from .backends import DbNow, aware, retry_on_lock_conflicts
 from .conf import settings
-from .history import AttemptOutcome, attempt_for, write_attempts
+from .history import ATTEMPT_FIELDS, AttemptOutcome, attempt_for, write_attempts
 from .leases import RUN_ALONE
 from .states import QueueState
 
@@ -33,15 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_dbqueue.rescue")
 
 #: What the rescue reads of an expired row: enough for its attempt row and its retry policy.
-RESCUE_FIELDS = (
-    "pk",
-    "queue_attempts",
-    "queue_locked_by",
-    "queue_enqueued_at",
-    "queue_run_at",
-    "queue_last_attempt_at",
-    "queue_token",
-)
+RESCUE_FIELDS = (*ATTEMPT_FIELDS, "queue_token")
 
 
 SPARED = (
@@ -76,11 +68,15 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
         )
         if not expired:
             return 0
+        # A row someone asked to cancel ends CANCELLED rather than running again.
+        asked = cancellation.requested_of(model, using, [(row.pk, row.queue_token) for row in expired])
+        if asked:
+            _cancel(model, using, asked)
         claims = Counter(row.queue_token for row in expired)
-        charged = [row for row in expired if claims[row.queue_token] == 1]
+        charged = [row for row in expired if claims[row.queue_token] == 1 and row.pk not in asked]
         dead = {row.pk for row in charged if attempts_used_up(row)}
         alone = {"queue_token": RUN_ALONE, "queue_locked_by": None, "queue_locked_until": None}
-        if spared := [row.pk for row in expired if claims[row.queue_token] > 1]:
+        if spared := [row.pk for row in expired if claims[row.queue_token] > 1 and row.pk not in asked]:
             rows.filter(pk__in=spared).update(
                 queue_state=QueueState.READY,
                 queue_run_at=DbNow(),
@@ -102,7 +98,14 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
             )
         now = aware(expired[0].dbqueue_now)
         write_attempts(
-            model, using, (attempt_for(row, AttemptOutcome.LOST, now, "lease expired") for row in expired)
+            model,
+            using,
+            (
+                attempt_for(row, AttemptOutcome.CANCELLED, now, cancellation.reason(asked[row.pk]))
+                if row.pk in asked
+                else attempt_for(row, AttemptOutcome.LOST, now, "lease expired")
+                for row in expired
+            ),
         )
     for row in expired:
         logger.warning(
@@ -111,8 +114,26 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
             row.pk,
             row.queue_locked_by,
             row.queue_attempts,
-            " -> FAILED" if row.pk in dead else "",
+            " -> FAILED" if row.pk in dead else " -> CANCELLED" if row.pk in asked else "",
         )
     if signals.job_rescued.has_listeners(model):
         signals.job_rescued.send_robust(model, count=len(expired), failed=len(dead))
     return len(expired)
+
+
+def _cancel(model: type[QueueMixin], using: str, asked: dict[Any, str]) -> None:
+    """End expired rows whose cancellation was asked for: their worker is gone, so nobody
+    else would (one UPDATE per requester, usually one)."""
+    by_whom: dict[str, list[Any]] = {}
+    for pk, requested_by in asked.items():
+        by_whom.setdefault(requested_by, []).append(pk)
+    for requested_by, ids in by_whom.items():
+        model._base_manager.using(using).filter(pk__in=ids).update(
+            queue_state=QueueState.CANCELLED,
+            queue_finished_at=DbNow(),
+            queue_last_error=f"{cancellation.reason(requested_by)}; its worker was gone (lease expired)",
+            queue_token=None,
+            queue_locked_by=None,
+            queue_locked_until=None,
+        )
+    cancellation.forget(model, using, list(asked))

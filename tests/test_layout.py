@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_dbqueue"
 LAYERS = [
     {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry", "traces"},
     {"backends"},
-    {"history", "claims"},
+    {"history", "claims", "unique", "cancellation"},
     {"outcomes", "rescue"},
     {"query"},
     {"models"},

@@ -37,6 +37,7 @@ from rangefilter.filters import NumericRangeFilter
 
 from ..history import history_enabled
 from .actions import ActionsAdminMixin
+from .cancel import CancelAdminMixin
 from .changelist import QueueChangeList
 from .charts import charts
 from .display import describe_queue_state, error_summary, number
@@ -47,6 +48,7 @@ from .people import PeopleAdminMixin
 from .rows import RowAdminMixin
 from .stats import queue_stats
 from .timeline import SPANS
+from .unique import UniqueKeyAdminMixin
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -57,7 +59,9 @@ __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_s
 CHANGELIST_ATTRIBUTE = "dbqueue_changelist"
 
 
-class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
+class QueueAdminMixin(
+    UniqueKeyAdminMixin, CancelAdminMixin, ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin
+):
     """Mix into a ``ModelAdmin`` of a ``QueueMixin`` model (before ``admin.ModelAdmin``)."""
 
     #: Columns added after the model admin's own ``list_display``.
@@ -85,6 +89,7 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
         "dbqueue_reprioritize",
         "dbqueue_reschedule",
         "dbqueue_cancel",
+        "dbqueue_cancel_running",
         "dbqueue_enqueue_again",
         "dbqueue_delete",
     )

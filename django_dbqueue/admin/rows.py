@@ -2,7 +2,8 @@
 the attempt history) and Retry now / Reschedule / Cancel buttons for that row.
 
 The buttons run the same QuerySet operations as the bulk actions, over one primary key: one
-UPDATE each, never touching a RUNNING row (the worker holds it until its outcome).
+UPDATE each, never touching a RUNNING row (the worker holds it until its outcome); a running
+row's "Cancel" asks its worker to stop it (see django_dbqueue.cancellation).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+from .. import unique
 from ..history import attempt_model, history_enabled
 from ..models import QUEUE_FIELDS
 from ..states import QueueState
@@ -41,6 +44,7 @@ ROW_OPERATIONS = {
     "retry": (_("Retry now"), (QueueState.READY, QueueState.FAILED)),
     "reschedule": (_("Reschedule…"), (QueueState.READY,)),
     "cancel": (_("Cancel"), (QueueState.READY, QueueState.IDLE)),
+    "cancel_running": (_("Cancel (stop its worker)"), (QueueState.RUNNING,)),
 }
 
 
@@ -182,18 +186,22 @@ class RowAdminMixin(QueueAdminBase):
         if obj is None:
             raise Http404
         qs = self.dbqueue_write_queryset().filter(pk=obj.pk)
+        changed: int | None
         if operation == "reschedule":
             form = RescheduleForm(request.POST if "dbqueue_apply" in request.POST else None)
             if not (form.is_bound and form.is_valid()):
                 return self.dbqueue_row_form(request, obj, form)
             changed, done = qs.reschedule(form.target()), _("%(item)s is rescheduled.")
         elif operation == "retry":
-            changed, done = qs.retry_now(), _("%(item)s is due now.")
+            changed, done = self.dbqueue_retry_row(request, qs), _("%(item)s is due now.")
+        elif operation == "cancel_running":
+            changed = qs.cancel_running(requested_by=request.user.get_username())
+            done = _("Asked the worker of %(item)s to stop it: it ends cancelled at its next lease renewal.")
         else:
             changed, done = qs.cancel(), _("%(item)s is cancelled.")
         if changed:
             self.message_user(request, done % {"item": obj}, messages.SUCCESS)
-        else:
+        elif changed is not None:
             state = qs.values_list("queue_state", flat=True).first()
             label = QueueState(state).label.lower() if state in QueueState.values else _("gone")
             self.message_user(
@@ -206,6 +214,18 @@ class RowAdminMixin(QueueAdminBase):
                 f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk]
             )
         )
+
+    def dbqueue_retry_row(self, request: HttpRequest, qs: Any) -> int | None:
+        """Retry now; None (the operator told why) if the row's unique key is active in
+        another row (see django_dbqueue.unique): the database refused, nothing changed."""
+        if unique.key_field(self.model) is None:
+            return int(qs.retry_now())
+        try:
+            with transaction.atomic(using=qs.db):
+                return int(qs.retry_now())
+        except IntegrityError as exc:
+            self.message_user(request, _("Nothing was changed: %(error)s") % {"error": exc}, messages.ERROR)
+            return None
 
     def dbqueue_row_form(self, request: HttpRequest, obj: Any, form: RescheduleForm) -> HttpResponse:
         context = {

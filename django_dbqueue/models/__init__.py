@@ -17,12 +17,14 @@ __all__ = ["CLAIM_INDEX_FIELDS", "QUEUE_FIELDS", "QueueMixin", "QueueTraceMixin"
 
 if apps.apps_ready and apps.is_installed("django_dbqueue"):
     from .attempt import QueueAttempt
+    from .cancel_request import CancelRequest
     from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
     from .task_record import TaskRecord
     from .worker_process import WorkerProcess
 
     __all__ += [
         "ArchivedMessage",
+        "CancelRequest",
         "Message",
         "MessageQuerySet",
         "PayloadField",

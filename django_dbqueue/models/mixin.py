@@ -7,14 +7,14 @@ from typing import Any, ClassVar
 
 from django.apps import apps
 from django.core import checks
-from django.db import models
+from django.db import models, router
 from django.utils import timezone
 
-from .. import outcomes
+from .. import cancellation, outcomes, unique
 from ..conf import settings
 from ..exceptions import Discard, LeaseLost
 from ..leases import Claim, as_timedelta
-from ..query import QueueManager, QueueQuerySet
+from ..query import QueueManager, QueueQuerySet, check_priority, run_at_expression
 from ..retry import ExponentialBackoff, RetryPolicy
 from ..states import QueueState
 
@@ -136,13 +136,37 @@ class QueueMixin(models.Model):
     def queue_lease_seconds(cls) -> timedelta:
         return as_timedelta(cls.queue_lease or settings.LEASE, f"{cls.__name__}.queue_lease")
 
-    def enqueue(self, run_at: datetime | timedelta | None = None, priority: int | None = None) -> bool:
-        """Queue this row again (READY, attempts cleared). False if a worker is running it."""
-        using = self._state.db or "default"
-        done = self.queue_queryset(using).filter(pk=self.pk).enqueue(run_at, priority) == 1
-        self.refresh_from_db(using=using, fields=list(QUEUE_FIELDS))
+    def enqueue(
+        self,
+        run_at: datetime | timedelta | None = None,
+        priority: int | None = None,
+        on_duplicate: str | None = None,
+    ) -> bool:
+        """Queue this row again (READY, attempts cleared), or insert it READY if it is new.
+
+        False if a worker is running it, or if the model has a unique key (see unique.py) that
+        an active row holds: ``on_duplicate`` (default ``queue_unique``) then says what
+        happens: "ignore", "replace" (the active READY row takes this run time and priority)
+        or "raise" (:class:`~django_dbqueue.exceptions.DuplicateJob`)."""
+        qs = self.queue_queryset(self._state.db or router.db_for_write(type(self)))
+        if self._state.adding:
+            if run_at is not None:
+                self.queue_run_at = run_at_expression(run_at)
+            if priority is not None:
+                self.queue_priority = check_priority(priority)
+            return unique.enqueue_new(qs, self, on_duplicate).created
+        requeue = qs.filter(pk=self.pk)
+        done = unique.enqueue(self, qs.db, on_duplicate, lambda: requeue.enqueue(run_at, priority))
+        self.refresh_from_db(using=qs.db, fields=list(QUEUE_FIELDS))
         self._queue_claim = None
-        return done
+        return done.created
+
+    def request_cancel(self, requested_by: str = "") -> None:
+        """Ask the worker running this row to stop it: the handler gets
+        :class:`~django_dbqueue.exceptions.JobCancelled` within one lease renewal interval and
+        the row ends CANCELLED (see cancellation.py). Raises
+        :class:`~django_dbqueue.exceptions.NotRunning` if the row is not RUNNING."""
+        cancellation.request_cancel(self, requested_by)
 
     def queue_claim(self) -> Claim:
         """The claim this instance holds; LeaseLost if it holds none."""

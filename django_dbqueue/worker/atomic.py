@@ -64,7 +64,9 @@ def _one(batch: Batch, row: QueueMixin) -> None:
             if not claims.lock_held(batch.model, [row.pk], batch.claim):
                 lost = True
             else:
-                error = batch.worker.call(row) or left_for_rollback(using)
+                error = batch.cancelled(row) or batch.worker.call(row) or left_for_rollback(using)
+                # Asked to cancel while it ran, and it finished anyway: nothing of it commits.
+                error = error or batch.cancelled(row)
                 if error is not None:
                     transaction.set_rollback(True, using=using)
                 else:
@@ -133,7 +135,8 @@ def _in_savepoint(batch: Batch, row: QueueMixin) -> BaseException | None:
     using = batch.claim.using
     try:
         with transaction.atomic(using=using):
-            error = batch.worker.call(row) or left_for_rollback(using)
+            error = batch.cancelled(row) or batch.worker.call(row) or left_for_rollback(using)
+            error = error or batch.cancelled(row)  # see _one
             if error is not None:
                 raise HandlerFailed(error)
     except HandlerFailed as failed:

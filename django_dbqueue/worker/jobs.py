@@ -20,7 +20,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from .. import outcomes
 from ..backends import backend_for
 from ..conf import settings
-from ..exceptions import LeaseLost
+from ..exceptions import JobCancelled, LeaseLost
 from ..leases import Claim
 from . import leaks
 from .atomic import run_atomic
@@ -199,15 +199,28 @@ class Batch:
         self.stats.succeeded += len(done) - len(lost)
         self.stats.lost += len(lost)
 
+    def cancelled(self, row: QueueMixin) -> JobCancelled | None:
+        """Atomic mode: someone asked to cancel the row (its handler may not have noticed)."""
+        if row.pk in self.worker.keeper.cancelled_ids(self.claim):
+            return JobCancelled("cancelled on request")
+        return None
+
     def fail(self, row: QueueMixin, error: BaseException, alone: bool = False) -> None:
         try:
             outcomes.fail(row, self.claim, error, alone=alone)
-            self.stats.failed += 1
+            if isinstance(error, JobCancelled):
+                self.stats.cancelled += 1
+            else:
+                self.stats.failed += 1
         except LeaseLost:
             self.stats.lost += 1
         self.worker.keeper.forget(self.claim, [row.pk])
 
     def lost(self, row: QueueMixin) -> None:
+        if row.pk in self.worker.keeper.cancelled_ids(self.claim):  # by the keeper: not lost
+            logger.info("%s pk=%s was cancelled on request before it ran", self.model._meta.label, row.pk)
+            self.stats.cancelled += 1
+            return
         logger.warning(
             "%s pk=%s is no longer held by worker %s (lease lost); skipped",
             self.model._meta.label,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
 
-from .. import outcomes
+from .. import cancellation, outcomes
 from ..conf import settings
 from ..leases import Claim
 from . import registry
@@ -34,10 +34,12 @@ class Running:
     model: type[QueueMixin]
     pk: Any
     token: int
-    timeout: float
+    timeout: float  # 0: none
     started: float
     finished: bool = False
     reported: bool = False
+    #: Why the handler is to stop: set by the keeper when someone asked to cancel the row.
+    cancelled: str | None = None
 
 
 #: Called when a handler ignores its timeout: (model, pk, token, seconds).
@@ -54,6 +56,12 @@ class LeaseKeeper:
         self.running: Running | None = None
         self._held: dict[int, tuple[type[QueueMixin], Claim, set[Any]]] = {}
         self._lost: dict[int, set[Any]] = {}
+        #: Every row of each held claim (by str(pk), as cancel requests name them), and
+        #: those someone asked to cancel.
+        self._rows: dict[int, dict[str, Any]] = {}
+        self._cancelled: dict[int, set[Any]] = {}
+        #: Set by the worker where it can: raises JobCancelled in the handler's thread.
+        self.interrupt: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"dbqueue-keeper-{worker_id}", daemon=True)
@@ -72,6 +80,8 @@ class LeaseKeeper:
         with self._lock:
             self._held[claim.token] = (model, claim, set(ids))
             self._lost[claim.token] = set()
+            self._rows[claim.token] = {str(pk): pk for pk in ids}
+            self._cancelled[claim.token] = set()
 
     def forget(self, claim: Claim, ids: list[Any]) -> None:
         with self._lock:
@@ -83,6 +93,8 @@ class LeaseKeeper:
         with self._lock:
             self._held.pop(claim.token, None)
             self._lost.pop(claim.token, None)
+            self._rows.pop(claim.token, None)
+            self._cancelled.pop(claim.token, None)
 
     def lost_ids(self, claim: Claim) -> set[Any]:
         """The ids of a held claim found lost so far: a set this thread fills as it finds
@@ -90,6 +102,11 @@ class LeaseKeeper:
         and its update are each atomic)."""
         with self._lock:
             return self._lost.setdefault(claim.token, set())
+
+    def cancelled_ids(self, claim: Claim) -> set[Any]:
+        """The ids of a held claim someone asked to cancel (filled like ``lost_ids``)."""
+        with self._lock:
+            return self._cancelled.setdefault(claim.token, set())
 
     def _mark_lost(self, claim: Claim, ids: set[Any]) -> None:
         with self._lock:
@@ -113,14 +130,16 @@ class LeaseKeeper:
                     next_heartbeat = now + settings.HEARTBEAT_INTERVAL
                     self._heartbeat()
                 with self._lock:
-                    held = [(m, c, list(ids)) for m, c, ids in self._held.values() if ids]
+                    held = [(m, c, list(ids)) for m, c, ids in self._held.values()]
                 for model, claim, ids in held:
                     # Renew at a third of the lease: two renewals may fail before it runs out.
                     third = claim.lease.total_seconds() / 3
                     due = next_renewal.setdefault(claim.token, claim.monotonic_at + third)
                     if now >= due:
                         next_renewal[claim.token] = now + third
-                        self._renew(model, claim, ids)
+                        if ids:  # none left to renew in atomic mode: their row locks hold them
+                            self._renew(model, claim, ids)
+                        self._check_cancels(model, claim)
                 live = {claim.token for _, claim, _ in held}
                 for token in list(next_renewal):
                     if token not in live:
@@ -147,9 +166,55 @@ class LeaseKeeper:
             logger.warning("lease renewal of %d %s row(s) failed: %s", len(ids), model._meta.label, exc)
             connections.close_all()
 
+    def _check_cancels(self, model: type[QueueMixin], claim: Claim) -> None:
+        """Read the cancel requests for ``claim`` (one indexed SELECT per renewal interval).
+        Lease mode: the rows asked for end CANCELLED at once, fenced by the claim, so whatever
+        their handler does next is rejected. Atomic mode: the running row is locked by the
+        handler's transaction, so the worker writes the outcome once the handler stopped.
+        Either way the running handler gets JobCancelled."""
+        try:
+            asked = cancellation.requested(model, claim.using, claim.token)
+        except DatabaseError as exc:
+            logger.warning("reading cancel requests of %s failed: %s", model._meta.label, exc)
+            connections.close_all()
+            return
+        with self._lock:
+            rows, done = self._rows.get(claim.token, {}), self._cancelled.get(claim.token)
+            if done is None:
+                return
+            new = {rows[key]: by for key, by in asked.items() if key in rows and rows[key] not in done}
+            if not new:
+                return
+            done.update(new)
+            held = set(self._held[claim.token][2]) if claim.token in self._held else set()
+        if not model.queue_atomic and not self._end_cancelled(model, claim, new, held):
+            with self._lock:
+                done.difference_update(new)  # not written: read again at the next renewal
+        running = self.running
+        running = running if running is not None and running.token == claim.token else None
+        if running is not None and not running.finished and running.pk in new:
+            running.cancelled = cancellation.reason(new[running.pk])
+            if self.interrupt is not None:
+                self.interrupt()
+
+    def _end_cancelled(self, model: type[QueueMixin], claim: Claim, new: dict[Any, str], held: set) -> bool:
+        """Lease mode: write CANCELLED for the requested rows still held; False if it failed."""
+        for by in set(new.values()):
+            ids = [pk for pk, who in new.items() if who == by and pk in held]
+            try:
+                written = outcomes.end_cancelled(model, ids, claim, cancellation.reason(by))
+            except DatabaseError as exc:
+                logger.warning("cancelling %s rows failed: %s", model._meta.label, exc)
+                connections.close_all()
+                return False
+            if written:
+                self._mark_lost(claim, written)
+                logger.info("cancelled %s pk=%s on request", model._meta.label, ", ".join(map(str, written)))
+        return True
+
     def _watch_timeout(self) -> None:
         running = self.running
-        if running is None or running.finished or running.reported:
+        if running is None or not running.timeout or running.finished or running.reported:
             return
         overdue = time.monotonic() - running.started - running.timeout
         # The alarm raised JobTimeout at the deadline; a handler still running after this

@@ -30,7 +30,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
 from .. import signals, traces
 from ..conf import settings
-from ..exceptions import Discard, JobTimeout
+from ..exceptions import Discard, JobCancelled, JobTimeout
 from ..leases import as_timedelta, default_worker_id
 from ..models import QueueMixin, queue_models
 from . import leaks, outage, registry
@@ -219,12 +219,12 @@ class Worker:
 
     def _call(self, row: QueueMixin) -> BaseException | None:
         timeout = type(row).queue_timeout
-        running = None
-        if timeout:
-            running = Running(type(row), row.pk, row.queue_claim().token, float(timeout), time.monotonic())
-            self.keeper.running = running
-            if self.alarm:
-                signal.setitimer(signal.ITIMER_REAL, float(timeout))
+        # Known to the keeper even without a timeout: a cancel request interrupts it.
+        token = row._queue_claim.token if row._queue_claim else 0
+        running = Running(type(row), row.pk, token, float(timeout or 0), time.monotonic())
+        self.keeper.running = running
+        if timeout and self.alarm:
+            signal.setitimer(signal.ITIMER_REAL, float(timeout))
         try:
             kind = handler_kind(type(row))
             if kind == "async":
@@ -241,17 +241,16 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
             return exc
         except BaseException as exc:  # noqa: BLE001 - JobTimeout, SystemExit, KeyboardInterrupt
-            if not isinstance(exc, JobTimeout):
+            if not isinstance(exc, (JobTimeout, JobCancelled)):
                 # A failed attempt like any other; then this worker stops: the handler asked
                 # the process to exit, and the supervisor decides what follows.
                 self.fatal = exc
             return exc
         finally:
-            if running is not None:
-                running.finished = True
-                if self.alarm:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                self.keeper.running = None
+            running.finished = True
+            if timeout and self.alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            self.keeper.running = None
 
     def _register(self) -> None:
         """Join the WorkerProcess table; a database that is down or read-only is waited for."""

@@ -13,6 +13,7 @@ class WorkerStats:
     released: int = 0
     lost: int = 0  # outcomes rejected because the claim was lost
     rescued: int = 0
+    cancelled: int = 0  # ended CANCELLED on request while this worker held them
 
     @property
     def processed(self) -> int:

@@ -6,7 +6,7 @@ from django.contrib import admin
 
 from django_dbqueue.admin import QueueAdminMixin
 
-from .models import Job, Ticket
+from .models import Job, Ticket, UniqueJob
 
 
 @admin.register(Ticket)
@@ -24,3 +24,8 @@ class TicketAdmin(QueueAdminMixin, admin.ModelAdmin):
 @admin.register(Job)
 class JobAdmin(QueueAdminMixin, admin.ModelAdmin):
     """The mixin with no admin configuration of its own."""
+
+
+@admin.register(UniqueJob)
+class UniqueJobAdmin(QueueAdminMixin, admin.ModelAdmin):
+    """A model with a unique key (tests/test_unique.py)."""

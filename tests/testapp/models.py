@@ -9,10 +9,11 @@ from typing import Any
 
 from django.db import connections, models, transaction
 
-from django_dbqueue.exceptions import Discard
+from django_dbqueue.exceptions import Discard, JobCancelled
 from django_dbqueue.models import QueueMixin
 from django_dbqueue.query import QueueQuerySetMixin
 from django_dbqueue.retry import ExponentialBackoff
+from django_dbqueue.unique import QueueUniqueKey
 
 #: pks of the rows whose handler's on_commit() hook ran (action "hook"; workers run in-process).
 COMMITTED_HOOKS: list[int] = []
@@ -97,6 +98,43 @@ class GroupedAtomicJob(Behaviour):
 
 class TimeoutJob(Behaviour):
     queue_timeout = 0.5
+
+
+class UniqueJob(Behaviour):
+    """Lease mode, at most one active row per ``key`` (tests/test_unique.py)."""
+
+    key = models.CharField(max_length=50)
+    queue_unique_key = QueueUniqueKey("key")
+
+
+class SlowBase(QueueMixin):
+    """Writes its ledger row, then works for ``seconds`` in small steps: a long handler for
+    the cancel tests. With ``swallow`` it catches JobCancelled and returns as if done."""
+
+    seconds = models.FloatField(default=30)
+    swallow = models.BooleanField(default=False)
+
+    class Meta(QueueMixin.Meta):
+        abstract = True
+
+    def process(self) -> None:
+        Ledger.objects.create(kind=type(self).__name__, job_id=self.pk, attempt=self.queue_attempts)
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.02)
+            except JobCancelled:
+                if not self.swallow:
+                    raise
+                return  # finishes "anyway": its outcome must be rejected
+
+
+class SlowJob(SlowBase):
+    """Lease mode."""
+
+
+class AtomicSlowJob(SlowBase):
+    queue_atomic = True
 
 
 class TicketQuerySet(QueueQuerySetMixin, models.QuerySet):
