@@ -11,6 +11,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
 
+from . import limits
 from .backends import backend_for
 from .models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
 from .retry import RetryPolicy
@@ -89,6 +90,7 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
                     id="django_dbqueue.E005",
                 )
             )
+    errors.extend(checks.Error(text, obj=model, id="django_dbqueue.E030") for text in limits.problems(model))
     if inspect.isgeneratorfunction(model.process):
         errors.append(
             checks.Error(

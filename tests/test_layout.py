@@ -19,7 +19,7 @@ LAYERS = [
     {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry"},
     {"backends"},
     {"history", "claims"},
-    {"outcomes", "rescue"},
+    {"outcomes", "rescue", "pauses", "limits"},
     {"query"},
     {"models"},
     {

@@ -16,6 +16,7 @@ __all__ = ["CLAIM_INDEX_FIELDS", "QUEUE_FIELDS", "QueueMixin", "queue_models"]
 
 if apps.apps_ready and apps.is_installed("django_dbqueue"):
     from .attempt import QueueAttempt
+    from .flow import QueueKeySlot, QueuePause
     from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
     from .task_record import TaskRecord
     from .worker_process import WorkerProcess
@@ -26,6 +27,8 @@ if apps.apps_ready and apps.is_installed("django_dbqueue"):
         "MessageQuerySet",
         "PayloadField",
         "QueueAttempt",
+        "QueueKeySlot",
+        "QueuePause",
         "TaskRecord",
         "UndecodablePayload",
         "WorkerProcess",
