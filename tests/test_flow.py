@@ -34,7 +34,9 @@ def _fresh_pauses():
 
 
 def ready(model, **filters) -> list:
-    return list(model.objects.filter(queue_state=QueueState.READY, **filters).values_list("queue_attempts", flat=True))
+    return list(
+        model.objects.filter(queue_state=QueueState.READY, **filters).values_list("queue_attempts", flat=True)
+    )
 
 
 # -- pause / resume ----------------------------------------------------------------------------
@@ -76,7 +78,7 @@ def test_pausing_one_message_queue_leaves_the_others() -> None:
 
 
 def test_bad_pause_targets_are_refused_and_write_nothing() -> None:
-    with pytest.raises(ValueError, match="unknown model 'shop.Nope'"):
+    with pytest.raises(ValueError, match=r"unknown model 'shop\.Nope'"):
         pauses.pause("shop.Nope")
     with pytest.raises(ValueError, match="not a concrete QueueMixin model"):
         pauses.pause("auth.User")
@@ -98,7 +100,7 @@ def test_queuectl_pause_status_resume() -> None:
     assert "limits testapp.RatedJob per customer: 5 claims per 1 s" in text
     call_command("queuectl", "resume", "testapp.Noop")
     assert list(QueuePause.objects.values_list("model", "queue")) == [("django_dbqueue.Message", "emails")]
-    with pytest.raises(CommandError, match="unknown model 'shop.Nope'"):
+    with pytest.raises(CommandError, match=r"unknown model 'shop\.Nope'"):
         call_command("queuectl", "pause", "testapp.Noop", "shop.Nope")
     assert not QueuePause.objects.filter(model="testapp.Noop").exists()  # nothing half-done
 
@@ -126,11 +128,17 @@ def test_plain_claim_sends_the_same_statements() -> None:
     Noop.objects.has_ready()  # the pause snapshot of this poll interval is read here
     with CaptureQueriesContext(connection) as protocol, transaction.atomic():
         list(Noop.objects.all().claim_candidates(2))  # the protocol's locking SELECT, as sent
-    expected_select = next(q["sql"] for q in protocol.captured_queries if q["sql"].upper().startswith("SELECT"))
+    expected_select = next(
+        q["sql"] for q in protocol.captured_queries if q["sql"].upper().startswith("SELECT")
+    )
     with CaptureQueriesContext(connection) as captured:
         claimed = Noop.objects.claim(2)
     assert len(claimed) == 2
-    sql = [q["sql"] for q in captured.captured_queries if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE"))]
+    sql = [
+        q["sql"]
+        for q in captured.captured_queries
+        if not q["sql"].upper().startswith(("SAVEPOINT", "RELEASE"))
+    ]
     statements = [s for s in sql if not s.upper().startswith(("BEGIN", "COMMIT"))]
     assert len(statements) == 3, sql
     assert statements[0] == expected_select
@@ -210,7 +218,11 @@ def test_rate_limit_per_key_charges_no_attempts() -> None:
 )
 def test_bad_limits_are_system_check_errors(attrs, message) -> None:
     body = {"__module__": "tests.testapp.models", "customer": models.CharField(max_length=10), **attrs}
-    model = type("BadLimits", (QueueMixin,), {**body, "Meta": type("Meta", (QueueMixin.Meta,), {"app_label": "testapp"})})
+    model = type(
+        "BadLimits",
+        (QueueMixin,),
+        {**body, "Meta": type("Meta", (QueueMixin.Meta,), {"app_label": "testapp"})},
+    )
     errors = [e for e in _check_model(model) if e.id == "django_dbqueue.E030"]
     assert len(errors) == 1 and message in errors[0].msg
     with pytest.raises(ImproperlyConfigured, match=message.split("'")[0]):
@@ -219,7 +231,9 @@ def test_bad_limits_are_system_check_errors(attrs, message) -> None:
 
 def test_key_by_foreign_key_attname_is_accepted() -> None:
     assert limits.problems(LimitedJob) == []
-    assert limits.limits_of(LimitedJob) == limits.Limits(key="customer", concurrency=2, rate=None, period=None)
+    assert limits.limits_of(LimitedJob) == limits.Limits(
+        key="customer", concurrency=2, rate=None, period=None
+    )
     assert limits.limits_of(Noop) is None
 
 
