@@ -85,7 +85,7 @@ def test_pause_stops_claims_on_every_host_within_a_poll_interval(start_worker) -
 
 
 def test_concurrency_limit_holds_across_four_processes(start_worker) -> None:
-    LimitedJob.objects.bulk_create([LimitedJob(customer=c, sleep=0.15) for c in "abc" * 8])
+    LimitedJob.objects.bulk_create([LimitedJob(customer=c, sleep=0.15) for c in "a" * 8 + "b" * 8 + "c" * 8])
     peaks: list[int] = []
     done = threading.Event()
 
