@@ -10,7 +10,7 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django \
-        lint check example bench bench-quick bench-atomic-ceiling chaos faults clean
+        lint check example bench bench-quick bench-flow bench-atomic-ceiling chaos faults clean
 
 help:
 	@echo "make example   - set up and run the example shop end to end (SQLite; DATABASE_URL=... for others)"
@@ -19,6 +19,7 @@ help:
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
+	@echo "make bench-flow - the claim's cost with per-key limits, as a ratio to the plain claim"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
 
 # -- environment ----------------------------------------------------------------------------
@@ -110,6 +111,7 @@ $(BENCH_VENV)/.installed: bench/requirements.txt
 
 bench: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py
+	$(PY) bench/flow_claim.py
 
 bench-quick: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --quick
@@ -117,6 +119,10 @@ bench-quick: venv services $(BENCH_VENV)/.installed
 # Raw SQL only (no peers, no django_dbqueue): what atomic mode's contract costs (issue #3).
 bench-atomic-ceiling: venv services
 	$(PY) bench/atomic_ceiling.py
+
+# The claim with per-key limits beside the plain claim (issue #22; also run by `make bench`).
+bench-flow: venv services
+	$(PY) bench/flow_claim.py
 
 # -- example --------------------------------------------------------------------------------
 

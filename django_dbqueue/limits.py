@@ -28,7 +28,7 @@ from typing import Any
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
-from django.db.models import Case, Count, F, Value, When
+from django.db.models import Count, F
 
 from .backends import aware, db_now_plus
 from .states import QueueState
@@ -241,24 +241,19 @@ class Gate:
         return 0 if self._fresh(slot) else int(slot.window_count)
 
     def charge(self, ids: list[Any]) -> None:
-        """Count the claims of the rows finally taken against their keys' rate windows: one
-        UPDATE of the locked slots. A window starts at the first claim after the last one
-        ended (database clock)."""
+        """Count the claims of the rows finally taken against their keys' rate windows. A
+        window starts at the first claim after the last one ended (database clock). Slots are
+        updated in groups of the same change (usually one or two UPDATEs by primary key): a
+        CASE per slot costs more to compile than to run."""
         if self.limits.rate is None:
             return
-        counts = Counter(self._key_of[pk] for pk in ids if pk in self._key_of)
-        if not counts:
-            return
-        starts, totals = [], []
-        for text, count in counts.items():
+        groups: dict[tuple[bool, int], list[Any]] = {}
+        for text, count in Counter(self._key_of[pk] for pk in ids if pk in self._key_of).items():
             slot = self._slots[text]
-            if self._fresh(slot):
-                starts.append(When(pk=slot.pk, then=Value(self._now)))
-                totals.append(When(pk=slot.pk, then=Value(count)))
+            groups.setdefault((self._fresh(slot), count), []).append(slot.pk)
+        slots = _slots(self.using, self.model)
+        for (fresh, count), pks in sorted(groups.items()):
+            if fresh:
+                slots.filter(pk__in=pks).update(window_start=self._now, window_count=count)
             else:
-                totals.append(When(pk=slot.pk, then=F("window_count") + count))
-        pks = [self._slots[text].pk for text in counts]
-        _slots(self.using, self.model).filter(pk__in=pks).update(
-            window_start=Case(*starts, default=F("window_start"), output_field=models.DateTimeField()),
-            window_count=Case(*totals, default=F("window_count"), output_field=models.PositiveIntegerField()),
-        )
+                slots.filter(pk__in=pks).update(window_count=F("window_count") + count)
