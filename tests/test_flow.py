@@ -245,3 +245,39 @@ def test_claim_in_a_transaction_sees_a_pause_made_in_it() -> None:
         transaction.set_rollback(True)
     pauses.forget()
     assert len(Noop.objects.claim(1)) == 1
+
+
+# -- the admin -----------------------------------------------------------------------------------
+
+
+def test_admin_pauses_and_resumes_from_the_changelist_and_shows_it(admin_client) -> None:
+    from django.contrib.auth.models import User
+    from django.urls import reverse
+
+    from tests.testapp.models import Job
+
+    changelist = reverse("admin:testapp_job_changelist")
+    page = admin_client.get(changelist).content.decode()
+    assert 'data-paused="false"' in page and "Pause claims" in page
+    url = reverse("admin:testapp_job_dbqueue_pause")
+    assert admin_client.get(url).status_code == 405  # a change: POST only
+    response = admin_client.post(url, {"action": "pause"})
+    assert response.status_code == 302
+    assert QueuePause.objects.filter(model="testapp.Job", queue="", paused_by="user:admin").exists()
+    page = admin_client.get(changelist).content.decode()
+    assert 'data-paused="true"' in page and "Resume claims" in page
+    dashboard = admin_client.get(reverse("admin:testapp_job_dbqueue_dashboard")).content.decode()
+    assert 'data-paused="true"' in dashboard
+    assert Job.objects.claim(1) == []
+    admin_client.post(url, {"action": "resume"})
+    assert not QueuePause.objects.exists()
+    # Someone who may only view the queue sees the state, no button, and cannot post.
+    viewer = User.objects.create_user("viewer", password="x", is_staff=True)
+    from django.contrib.auth.models import Permission
+
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    admin_client.force_login(viewer)
+    page = admin_client.get(changelist).content.decode()
+    assert 'id="dbqueue-pause"' in page and "Pause claims" not in page
+    assert admin_client.post(url, {"action": "pause"}).status_code == 403
+    assert not QueuePause.objects.exists()

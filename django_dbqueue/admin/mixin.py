@@ -40,6 +40,7 @@ from .changelist import QueueChangeList
 from .display import describe_queue_state, error_summary, number
 from .filters import HasErrorFilter, WholeDayRangeFilter
 from .pagination import EstimatedCountPaginator, count_hint, count_text, results_text
+from .pausing import PauseAdminMixin
 from .people import PeopleAdminMixin
 from .rows import RowAdminMixin
 from .stats import queue_stats
@@ -53,7 +54,7 @@ __all__ = ["HasErrorFilter", "QueueAdminMixin", "describe_queue_state", "error_s
 CHANGELIST_ATTRIBUTE = "dbqueue_changelist"
 
 
-class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
+class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin, PauseAdminMixin):
     """Mix into a ``ModelAdmin`` of a ``QueueMixin`` model (before ``admin.ModelAdmin``)."""
 
     #: Columns added after the model admin's own ``list_display``.
@@ -206,6 +207,7 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
             "can_take": self.has_dbqueue_permission(request),
             "take_max": self.dbqueue_take_max,
             "take_default": self.dbqueue_take_default,
+            **self.dbqueue_pause_context(request),
         }
         if context["can_take"]:
             query = request.GET.urlencode()
@@ -223,6 +225,7 @@ class QueueAdminMixin(ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin):
             path("dbqueue/dashboard/", wrap(self.dbqueue_dashboard_view), name=f"{prefix}_dashboard"),
             *self.dbqueue_people_urls(),
             *self.dbqueue_row_urls(),
+            *self.dbqueue_pause_urls(),
             *super().get_urls(),
         ]
 
