@@ -261,7 +261,7 @@ def test_admin_pauses_and_resumes_from_the_changelist_and_shows_it(admin_client)
     assert 'data-paused="false"' in page and "Pause claims" in page
     url = reverse("admin:testapp_job_dbqueue_pause")
     assert admin_client.get(url).status_code == 405  # a change: POST only
-    response = admin_client.post(url, {"action": "pause"})
+    response = admin_client.post(url, {"operation": "pause"})
     assert response.status_code == 302
     assert QueuePause.objects.filter(model="testapp.Job", queue="", paused_by="user:admin").exists()
     page = admin_client.get(changelist).content.decode()
@@ -269,7 +269,7 @@ def test_admin_pauses_and_resumes_from_the_changelist_and_shows_it(admin_client)
     dashboard = admin_client.get(reverse("admin:testapp_job_dbqueue_dashboard")).content.decode()
     assert 'data-paused="true"' in dashboard
     assert Job.objects.claim(1) == []
-    admin_client.post(url, {"action": "resume"})
+    admin_client.post(url, {"operation": "resume"})
     assert not QueuePause.objects.exists()
     # Someone who may only view the queue sees the state, no button, and cannot post.
     viewer = User.objects.create_user("viewer", password="x", is_staff=True)
@@ -279,5 +279,5 @@ def test_admin_pauses_and_resumes_from_the_changelist_and_shows_it(admin_client)
     admin_client.force_login(viewer)
     page = admin_client.get(changelist).content.decode()
     assert 'id="dbqueue-pause"' in page and "Pause claims" not in page
-    assert admin_client.post(url, {"action": "pause"}).status_code == 403
+    assert admin_client.post(url, {"operation": "pause"}).status_code == 403
     assert not QueuePause.objects.exists()

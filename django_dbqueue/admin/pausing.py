@@ -46,7 +46,7 @@ class PauseAdminMixin(QueueAdminBase):
             return HttpResponseNotAllowed(["POST"])
         if not self.has_dbqueue_permission(request):
             raise PermissionDenied
-        action, queue = request.POST.get("action"), request.POST.get("queue", "")
+        action, queue = request.POST.get("operation"), request.POST.get("queue", "")
         label = self.opts.verbose_name_plural
         where = f"{label} ({queue})" if queue else str(label)
         try:
