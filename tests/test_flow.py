@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import django
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
@@ -281,3 +282,22 @@ def test_admin_pauses_and_resumes_from_the_changelist_and_shows_it(admin_client)
     assert 'id="dbqueue-pause"' in page and "Pause claims" not in page
     assert admin_client.post(url, {"operation": "pause"}).status_code == 403
     assert not QueuePause.objects.exists()
+
+
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks arrived in Django 6.0")
+def test_a_paused_task_queue_is_left_by_the_worker() -> None:
+    from django.tasks import TaskResultStatus
+
+    from django_dbqueue.models import TaskRecord
+    from django_dbqueue.worker import Worker
+    from tests.testapp import tasks
+
+    other = tasks.shout.enqueue("hi")
+    default = tasks.add.enqueue(1, 2)
+    django_dbqueue.pause("django_dbqueue.TaskRecord", queue="default")
+    Worker(models=[TaskRecord], burst=True, handle_signals=False).run()
+    assert tasks.shout.get_result(other.id).return_value == "HI"
+    assert tasks.add.get_result(default.id).status == TaskResultStatus.READY
+    call_command("queuectl", "resume", "django_dbqueue.TaskRecord", "--queue", "default")
+    Worker(models=[TaskRecord], burst=True, handle_signals=False).run()
+    assert tasks.add.get_result(default.id).return_value == 3
