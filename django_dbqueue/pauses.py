@@ -106,6 +106,12 @@ def is_paused(
     return rows.filter(queue__in={"", queue}).exists()
 
 
+def paused_queues(model: type[models.Model], *, using: str | None = None) -> list[str]:
+    """The model's paused queues now ("" for the whole model), from the table, not the cache."""
+    rows = _pause_model()._default_manager.using(_alias(model, using)).filter(model=model._meta.label)
+    return sorted(rows.values_list("queue", flat=True))
+
+
 def forget(using: str | None = None) -> None:
     """Drop the cached snapshot (of one database, or all): the next claim reads the table."""
     with _lock:
@@ -120,8 +126,9 @@ def _snapshot(using: str) -> frozenset[tuple[str, str]]:
     cached = _snapshots.get(using)
     if cached is not None and cached[0] > now:
         return cached[1]
-    rows = _pause_model()._default_manager.using(using).values_list("model", "queue")
-    paused = frozenset(rows)
+    if not apps.is_installed("django_dbqueue"):  # check E000 says so; nothing can be paused
+        return frozenset()
+    paused = frozenset(_pause_model()._default_manager.using(using).values_list("model", "queue"))
     # Cached even when read inside a transaction: a pause rolled back with it is held for one
     # poll interval at most, as a pause another host lifted is.
     with _lock:

@@ -12,13 +12,11 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import router
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
 from .. import pauses
-from ..models import QueuePause
 from .base import QueueAdminBase
 
 
@@ -32,8 +30,7 @@ class PauseAdminMixin(QueueAdminBase):
 
     def dbqueue_pause_context(self, request: HttpRequest) -> dict[str, Any]:
         """The paused state as the database holds it now (not the workers' cached copy)."""
-        rows = QueuePause.objects.using(router.db_for_write(self.model)).filter(model=self.opts.label)
-        queues = sorted(rows.values_list("queue", flat=True))
+        queues = pauses.paused_queues(self.model)
         return {
             "paused": "" in queues,
             "paused_queues": [queue for queue in queues if queue],
