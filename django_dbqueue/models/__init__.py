@@ -1,9 +1,9 @@
 """The queue's models: the ``QueueMixin`` for any domain model, and the app's own tables.
 
 ``from django_dbqueue.models import QueueMixin`` works in any project. The app's concrete
-models (``Message``, ``TaskRecord``, ``QueueAttempt``, ``WorkerProcess``,
-``ArchivedMessage``) exist only when ``django_dbqueue`` is in ``INSTALLED_APPS``; without
-it, a system check says what is missing instead of an import error.
+models (``Message``, ``TaskRecord``, ``QueueAttempt``, ``WorkerProcess``, ``QueuePause``,
+``QueueKeySlot``, ``ArchivedMessage``) exist only when ``django_dbqueue`` is in
+``INSTALLED_APPS``; without it, a system check says what is missing instead of an import error.
 """
 
 from __future__ import annotations
