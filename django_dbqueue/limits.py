@@ -23,7 +23,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
@@ -119,6 +119,21 @@ def gate(model: type[models.Model], using: str) -> Gate | None:
     return None if declared is None else Gate(model, declared, using)
 
 
+class Slot(NamedTuple):
+    """A locked slot row, as read (tuples: a claim reads up to a batch of them)."""
+
+    key: str
+    pk: Any
+    window_start: datetime | None
+    window_count: int
+
+
+def _locked(slots: models.QuerySet) -> dict[str, Slot]:
+    """Lock ``slots`` without waiting (``SKIP LOCKED``); the ones locked, by digest."""
+    rows = slots.select_for_update(skip_locked=True).values_list("key", "pk", "window_start", "window_count")
+    return {row[0]: Slot(*row) for row in rows}
+
+
 def digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
@@ -203,7 +218,7 @@ class Gate:
             return {}
         by_digest = {digest(text): text for text in texts}
         slots = _slots(self.using, self.model)
-        locked = {s.key: s for s in slots.filter(key__in=list(by_digest)).select_for_update(skip_locked=True)}
+        locked = _locked(slots.filter(key__in=list(by_digest)))
         missing = set(by_digest) - set(locked)
         if missing:
             # Skipped rows are locked by another claimer, or do not exist yet (a new key):
@@ -216,9 +231,7 @@ class Gate:
                     [slot(model=label, key=d, value=by_digest[d][:255]) for d in sorted(new)],
                     ignore_conflicts=True,
                 )
-                locked.update(
-                    {s.key: s for s in slots.filter(key__in=sorted(new)).select_for_update(skip_locked=True)}
-                )
+                locked.update(_locked(slots.filter(key__in=sorted(new))))
         return {by_digest[d]: s for d, s in locked.items() if d in by_digest}
 
     def _running_under_lock(self, keys: list[Any]) -> Counter[str]:
