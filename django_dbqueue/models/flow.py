@@ -48,6 +48,9 @@ class QueueKeySlot(models.Model):
     class Meta:
         app_label = "django_dbqueue"
         constraints = [models.UniqueConstraint(fields=["model", "key"], name="dbqueue_keyslot_unique")]
+        # A claim's rate pre-filter reads the keys whose window is still open: a range of
+        # recent window starts, not every key the model ever had.
+        indexes = [models.Index(fields=["model", "window_start"], name="dbqueue_keyslot_window")]
 
     def __str__(self) -> str:
         return f"{self.model}[{self.value}]"
