@@ -10,7 +10,7 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django \
-        lint check docs package example bench bench-quick bench-atomic-ceiling chaos faults clean
+        lint check docs package example bench bench-quick bench-flow bench-atomic-ceiling chaos faults clean
 
 help:
 	@echo "make example   - run the example shop end to end: Python >= 3.12 and SQLite only, no root"
@@ -22,6 +22,7 @@ help:
 	@echo "make docs      - the docs site (Sphinx + MyST, warnings are errors) into docs/_build/html"
 	@echo "make package   - wheel + sdist, twine check, the wheel in a clean virtualenv runs the example"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
+	@echo "make bench-flow - the claim's cost with per-key limits, as a ratio to the plain claim"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
 
 # -- environment ----------------------------------------------------------------------------
@@ -122,6 +123,7 @@ $(BENCH_VENV)/.installed: bench/requirements.txt
 
 bench: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py
+	$(PY) bench/flow_claim.py
 
 bench-quick: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --quick
@@ -129,6 +131,10 @@ bench-quick: venv services $(BENCH_VENV)/.installed
 # Raw SQL only (no peers, no django_dbqueue): what atomic mode's contract costs (issue #3).
 bench-atomic-ceiling: venv services
 	$(PY) bench/atomic_ceiling.py
+
+# The claim with per-key limits beside the plain claim (issue #22; also run by `make bench`).
+bench-flow: venv services
+	$(PY) bench/flow_claim.py
 
 # -- example --------------------------------------------------------------------------------
 

@@ -16,4 +16,8 @@ def __getattr__(name: str) -> object:
         from .handlers import handler
 
         return handler
+    if name in ("pause", "resume", "is_paused"):  # flow control: django_dbqueue.pause("shop.Order")
+        from . import pauses
+
+        return getattr(pauses, name)
     raise AttributeError(f"module 'django_dbqueue' has no attribute {name!r}")

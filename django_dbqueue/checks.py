@@ -11,7 +11,7 @@ from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
 
-from . import unique
+from . import limits, unique
 from .backends import backend_for
 from .models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
 from .retry import RetryPolicy
@@ -91,6 +91,7 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
                 )
             )
     errors.extend(_check_unique(model))
+    errors.extend(checks.Error(text, obj=model, id="django_dbqueue.E030") for text in limits.problems(model))
     if inspect.isgeneratorfunction(model.process):
         errors.append(
             checks.Error(

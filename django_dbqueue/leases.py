@@ -13,6 +13,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 #: The token of a READY row whose claim ended in a crash (its worker died, its lease ran out):
 #: claims take such a row alone, so a row that kills its worker ("a poison row") takes down
@@ -64,3 +65,15 @@ class Claim:
     def now(self) -> datetime:
         """The database's time now, estimated from the claim."""
         return self.claimed_at + timedelta(seconds=time.monotonic() - self.monotonic_at)
+
+
+def run_alone_apart(locked: list[tuple[Any, int | None]]) -> list[Any]:
+    """The rows a claim takes of those it locked, in order: up to the first row that must run
+    alone (RUN_ALONE), or that row by itself when it comes first. The rest stay READY (their
+    locks end with the claim's transaction)."""
+    taken: list[Any] = []
+    for pk, token in locked:
+        if token == RUN_ALONE:
+            return taken or [pk]
+        taken.append(pk)
+    return taken

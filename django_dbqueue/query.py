@@ -23,10 +23,10 @@ from django.db import DatabaseError, models, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from . import cancellation, outcomes, rescue, traces, unique
+from . import cancellation, limits, outcomes, pauses, rescue, traces, unique
 from .backends import DbNow, aware, backend_for, db_now_plus, retry_on_lock_conflicts
 from .exceptions import describe_error
-from .leases import RUN_ALONE, Claim, as_timedelta, default_worker_id, new_token
+from .leases import Claim, as_timedelta, default_worker_id, new_token, run_alone_apart
 from .states import QueueState
 
 if TYPE_CHECKING:
@@ -81,8 +81,16 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
         return self.filter(queue_state=QueueState.READY, queue_run_at__lte=DbNow())
 
     def has_ready(self) -> bool:
-        """A cheap, lock-free, index-only probe an idle worker polls with."""
-        return self.ready().order_by().values("pk")[:1].exists()
+        """A cheap, lock-free, index-only probe an idle worker polls with (paused: False)."""
+        qs = pauses.unpaused(self)
+        return qs is not None and qs.ready().order_by().values("pk")[:1].exists()
+
+    def pause(self, queue: str | None = None) -> bool:
+        """Stop claims from the whole model (or its named ``queue``) on every host."""
+        return pauses.pause(self.model, queue, using=self.db)
+
+    def resume(self, queue: str | None = None) -> bool:
+        return pauses.resume(self.model, queue, using=self.db)
 
     def in_claim_order(self) -> models.QuerySet:
         """Due rows in the order a claim takes them: priority, due time, then first in
@@ -107,17 +115,20 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"claim(limit=...) must be a positive integer, got {limit!r}")
         lease_delta = as_timedelta(lease, "lease") if lease is not None else self.model.queue_lease_seconds()
+        qs = pauses.unpaused(self)
+        if qs is None:
+            return []
         claim = retry_on_lock_conflicts(
-            self.db, lambda: self._take(limit, worker_id or default_worker_id(), lease_delta), "claim"
+            self.db, lambda: qs._take(limit, worker_id or default_worker_id(), lease_delta), "claim"
         )
         if claim is None:
             return []
         return self._load(*claim)
 
-    def claim_candidates(self, limit: int) -> models.QuerySet:
-        """The locking SELECT of a claim (public so that it can be EXPLAINed)."""
-        locking = self.in_claim_order().select_for_update(skip_locked=True)
-        return locking.annotate(dbqueue_now=DbNow()).values_list("pk", "queue_token", "dbqueue_now")[:limit]
+    def claim_candidates(self, limit: int, *also: str) -> models.QuerySet:
+        """The locking SELECT of a claim (public, to EXPLAIN it); ``also``: more columns."""
+        locking = self.in_claim_order().select_for_update(skip_locked=True).annotate(dbqueue_now=DbNow())
+        return locking.values_list("pk", "queue_token", "dbqueue_now", *also)[:limit]
 
     def _take(self, limit: int, worker_id: str, lease: timedelta) -> tuple[Claim, list[Any]] | None:
         using = self.db
@@ -125,11 +136,14 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
         # While this transaction is open the selected rows are locked: one SELECT, one
         # UPDATE by primary key, and no user code before the commit.
         with transaction.atomic(using=using):
-            locked = list(self.claim_candidates(limit))
+            gate = limits.gate(self.model, using)  # None: no limits, the plain claim
+            locked = list(self.claim_candidates(limit)) if gate is None else gate.take(self, limit)
             if not locked:
                 return None
             now = aware(locked[0][2])
-            ids = _run_alone_apart([(pk, token) for pk, token, _ in locked])
+            ids = run_alone_apart([(pk, token) for pk, token, _ in locked])
+            if gate is not None:
+                gate.charge(ids)
             rows = self.model._base_manager.using(using).filter(pk__in=ids)
             if not backend_for(using).skip_locked:
                 # No row locks (SQLite): the UPDATE is a compare-and-set, and the rows a
@@ -283,18 +297,6 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
         """Return RUNNING rows whose lease ran out to READY, or FAILED when their attempts
         are used up (see :mod:`django_dbqueue.rescue`)."""
         return rescue.rescue_expired(self.model, self.db, limit)
-
-
-def _run_alone_apart(locked: list[tuple[Any, int | None]]) -> list[Any]:
-    """The rows a claim takes of those it locked, in order: up to the first row that must run
-    alone (RUN_ALONE), or that row by itself when it comes first. The rest stay READY (their
-    locks end with the claim's transaction)."""
-    taken: list[Any] = []
-    for pk, token in locked:
-        if token == RUN_ALONE:
-            return taken or [pk]
-        taken.append(pk)
-    return taken
 
 
 class QueueQuerySet(QueueQuerySetMixin, models.QuerySet):

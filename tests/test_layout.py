@@ -19,7 +19,7 @@ LAYERS = [
     {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry", "traces"},
     {"backends"},
     {"history", "claims", "unique", "cancellation"},
-    {"outcomes", "rescue"},
+    {"outcomes", "rescue", "pauses", "limits"},
     {"query"},
     {"models"},
     {

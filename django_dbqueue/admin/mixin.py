@@ -44,6 +44,7 @@ from .display import describe_queue_state, error_summary, number
 from .filters import HasErrorFilter, WholeDayRangeFilter
 from .keyset import KEY_VAR
 from .pagination import EstimatedCountPaginator, count_hint, count_text, results_text
+from .pausing import PauseAdminMixin
 from .people import PeopleAdminMixin
 from .rows import RowAdminMixin
 from .stats import queue_stats
@@ -60,7 +61,7 @@ CHANGELIST_ATTRIBUTE = "dbqueue_changelist"
 
 
 class QueueAdminMixin(
-    UniqueKeyAdminMixin, CancelAdminMixin, ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin
+    UniqueKeyAdminMixin, CancelAdminMixin, ActionsAdminMixin, PeopleAdminMixin, RowAdminMixin, PauseAdminMixin
 ):
     """Mix into a ``ModelAdmin`` of a ``QueueMixin`` model (before ``admin.ModelAdmin``)."""
 
@@ -223,6 +224,7 @@ class QueueAdminMixin(
             "can_take": self.has_dbqueue_permission(request),
             "take_max": self.dbqueue_take_max,
             "take_default": self.dbqueue_take_default,
+            **self.dbqueue_pause_context(request),
         }
         if context["can_take"]:
             query = request.GET.urlencode()
@@ -240,6 +242,7 @@ class QueueAdminMixin(
             path("dbqueue/dashboard/", wrap(self.dbqueue_dashboard_view), name=f"{prefix}_dashboard"),
             *self.dbqueue_people_urls(),
             *self.dbqueue_row_urls(),
+            *self.dbqueue_pause_urls(),
             *super().get_urls(),
         ]
 

@@ -1,9 +1,9 @@
 """The queue's models: the ``QueueMixin`` for any domain model, and the app's own tables.
 
 ``from django_dbqueue.models import QueueMixin`` works in any project. The app's concrete
-models (``Message``, ``TaskRecord``, ``QueueAttempt``, ``WorkerProcess``,
-``ArchivedMessage``) exist only when ``django_dbqueue`` is in ``INSTALLED_APPS``; without
-it, a system check says what is missing instead of an import error.
+models (``Message``, ``TaskRecord``, ``QueueAttempt``, ``WorkerProcess``, ``QueuePause``,
+``QueueKeySlot``, ``ArchivedMessage``) exist only when ``django_dbqueue`` is in
+``INSTALLED_APPS``; without it, a system check says what is missing instead of an import error.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ __all__ = ["CLAIM_INDEX_FIELDS", "QUEUE_FIELDS", "QueueMixin", "QueueTraceMixin"
 if apps.apps_ready and apps.is_installed("django_dbqueue"):
     from .attempt import QueueAttempt
     from .cancel_request import CancelRequest
+    from .flow import QueueKeySlot, QueuePause
     from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
     from .task_record import TaskRecord
     from .worker_process import WorkerProcess
@@ -29,6 +30,8 @@ if apps.apps_ready and apps.is_installed("django_dbqueue"):
         "MessageQuerySet",
         "PayloadField",
         "QueueAttempt",
+        "QueueKeySlot",
+        "QueuePause",
         "TaskRecord",
         "UndecodablePayload",
         "WorkerProcess",

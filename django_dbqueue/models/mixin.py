@@ -54,7 +54,10 @@ class QueueMixin(models.Model):
       so its database writes commit exactly once (default False: at-least-once);
     * ``queue_atomic_group`` - in atomic mode, jobs per transaction (each behind a savepoint);
     * ``queue_timeout`` - seconds a single ``process()`` may run (default: no limit);
-    * ``queue_history`` - keep a QueueAttempt row per attempt (``DBQUEUE_HISTORY``).
+    * ``queue_history`` - keep a QueueAttempt row per attempt (``DBQUEUE_HISTORY``);
+    * ``queue_limit_key``, ``queue_concurrency_limit``, ``queue_rate_limit`` - per-key flow
+      control in the claim (a field name; RUNNING rows per key; ``(claims, seconds)`` per key):
+      see docs/flow-control.md.
 
     A subclass that declares its own ``Meta`` must inherit ``QueueMixin.Meta`` or it loses
     the claim index (a system check says so).
@@ -88,6 +91,9 @@ class QueueMixin(models.Model):
     queue_atomic: ClassVar[bool] = False
     queue_atomic_group: ClassVar[int] = 1
     queue_timeout: ClassVar[float | None] = None
+    queue_limit_key: ClassVar[str | None] = None
+    queue_concurrency_limit: ClassVar[int | None] = None
+    queue_rate_limit: ClassVar[tuple[int, float | timedelta] | None] = None
 
     #: The claim this instance holds (set by ``claim()``; cleared when it ends).
     _queue_claim: Claim | None = None

@@ -1,16 +1,13 @@
 """``Worker``: one process's loop of claim -> process -> record outcome.
 
-A plain class, usable without the management command::
-
-    Worker(models=[Order], burst=True).run()
+A plain class, usable without the management command: ``Worker(models=[Order]).run()``.
 
 Correctness never depends on this process staying alive: a row it claimed is RUNNING with a
 lease; if the process dies, the lease runs out and any worker's rescue puts the row back.
 While it lives, its lease keeper renews the leases of the rows it holds.
 
-Run inside a transaction (a ``TestCase``), the worker uses that transaction's connection
-and leaves it open: no keeper thread (its own connection could not see the test's rows), no
-wake-up listener, no closing of connections.
+Run inside a transaction (a ``TestCase``), the worker uses that transaction's connection and
+leaves it open: no keeper thread, no wake-up listener, no closing of connections.
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ from .. import signals, traces
 from ..conf import settings
 from ..exceptions import Discard, JobCancelled, JobTimeout
 from ..leases import as_timedelta, default_worker_id
+from ..limits import limits_of
 from ..models import QueueMixin, queue_models
 from . import leaks, outage, registry
 from .calls import handler_kind, observed
@@ -161,7 +159,7 @@ class Worker:
                 break
             try:
                 self._maybe_rescue()
-                did_work = False
+                did_work = held = False  # held: ready rows a limit kept back (burst waits for them)
                 for model in self.models:
                     if self.stopping or self.fatal is not None or self._quota_left() == 0:
                         break
@@ -175,6 +173,7 @@ class Worker:
                         rows = qs.claim(self._claim_size(model), self.worker_id, lease)
                         taken[0] = len(rows)
                     busy[model] = bool(rows)
+                    held = held or (not rows and limits_of(model) is not None and qs.has_ready())
                     if rows:
                         did_work = True
                         self._run_batch(model, rows)
@@ -190,7 +189,7 @@ class Worker:
             if did_work:
                 idle_sleep = self._min_sleep()
                 continue
-            if self.burst:
+            if self.burst and not held:
                 break
             if self._wake.wait(idle_sleep):
                 self._wake.clear()

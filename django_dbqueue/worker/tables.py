@@ -10,6 +10,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, router
 
 from ..history import history_enabled
+from ..limits import limits_of
+
+#: Tables every worker reads besides its queues: who is alive, what is paused.
+FLOW_TABLES = ("WorkerProcess", "QueuePause")
 
 if TYPE_CHECKING:
     from django.db.models import Model
@@ -20,7 +24,9 @@ if TYPE_CHECKING:
 def check_tables(models: Sequence[type[QueueMixin]], database: str | None = None) -> None:
     """Fail fast, with the fix in the message, when a queue table (or one of the tables the
     app writes beside it) was never migrated."""
-    needed: list[type[Model]] = [*models, apps.get_model("django_dbqueue", "WorkerProcess")]
+    needed: list[type[Model]] = [*models, *(apps.get_model("django_dbqueue", name) for name in FLOW_TABLES)]
+    if any(limits_of(model) is not None for model in models):
+        needed.append(apps.get_model("django_dbqueue", "QueueKeySlot"))
     if any(history_enabled(model) for model in models):
         needed.append(apps.get_model("django_dbqueue", "QueueAttempt"))
     for model in needed:

@@ -393,3 +393,50 @@ class HostileAtomicJob(HostileBase):
     """Atomic mode: the handler's writes and the outcome commit together."""
 
     queue_atomic = True
+
+
+# -- flow control (issue #22: per-key limits; tests/test_flow*.py) -------------------------
+
+
+class FlowLedger(models.Model):
+    """One row per handler run of a limited job: its key and the handler's start and end on
+    the host's clock (a test's workers share one host), to find overlapping runs."""
+
+    kind = models.CharField(max_length=50)
+    job_id = models.BigIntegerField()
+    key = models.CharField(max_length=50, null=True)
+    started = models.FloatField()
+    ended = models.FloatField()
+    pid = models.IntegerField(default=os.getpid)
+
+
+class FlowJob(QueueMixin):
+    customer = models.CharField(max_length=50, null=True, blank=True)
+    sleep = models.FloatField(default=0)
+
+    queue_retry = ExponentialBackoff(base=0.05, factor=2, max_delay=1, max_attempts=3, jitter=0)
+
+    class Meta(QueueMixin.Meta):
+        abstract = True
+
+    def process(self) -> None:
+        started = time.time()
+        if self.sleep:
+            time.sleep(self.sleep)
+        FlowLedger.objects.create(
+            kind=type(self).__name__, job_id=self.pk, key=self.customer, started=started, ended=time.time()
+        )
+
+
+class LimitedJob(FlowJob):
+    """At most two RUNNING rows per customer, across every worker."""
+
+    queue_limit_key = "customer"
+    queue_concurrency_limit = 2
+
+
+class RatedJob(FlowJob):
+    """At most five claims per customer per second."""
+
+    queue_limit_key = "customer"
+    queue_rate_limit = (5, 1.0)
