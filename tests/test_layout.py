@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_dbqueue"
 
 #: Layers, bottom first: a module may import its own layer (acyclically) and those below.
 LAYERS = [
-    {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry"},
+    {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry", "slots"},
     {"backends"},
     {"history", "claims"},
     {"outcomes", "rescue"},
@@ -25,6 +25,7 @@ LAYERS = [
     {
         "worker",
         "admin",
+        "schedules",
         "spark",
         "tasks",
         "checks",

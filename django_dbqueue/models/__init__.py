@@ -17,6 +17,7 @@ __all__ = ["CLAIM_INDEX_FIELDS", "QUEUE_FIELDS", "QueueMixin", "queue_models"]
 if apps.apps_ready and apps.is_installed("django_dbqueue"):
     from .attempt import QueueAttempt
     from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
+    from .schedule import Schedule, ScheduleFiring
     from .task_record import TaskRecord
     from .worker_process import WorkerProcess
 
@@ -26,6 +27,8 @@ if apps.apps_ready and apps.is_installed("django_dbqueue"):
         "MessageQuerySet",
         "PayloadField",
         "QueueAttempt",
+        "Schedule",
+        "ScheduleFiring",
         "TaskRecord",
         "UndecodablePayload",
         "WorkerProcess",

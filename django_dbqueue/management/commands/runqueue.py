@@ -138,6 +138,11 @@ class Command(BaseCommand):
             help="Consume only this queue of models with a queue column (Message, tasks); repeatable.",
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
+        parser.add_argument(
+            "--no-schedules",
+            action="store_true",
+            help="Fire no schedules in these workers (by default each one fires what is due, ~1/s).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         refuse_bad_settings()
@@ -163,6 +168,7 @@ class Command(BaseCommand):
             "worker_id": options["worker_id"],
             "database": database,
             "queues": options["queue"],
+            "schedules": not options["no_schedules"],
         }
         try:
             if any(connections[alias].in_atomic_block for alias in connections):
