@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _
 from ..models import Schedule, ScheduleFiring
 from ..models.schedule import OVERRIDABLE
 from ..schedules import InvalidSchedule, Timing, fire_now, targets
-from ..schedules.sync import edited, revert_to_code
+from ..schedules.syncing import edited, revert_to_code
 from .display import error_summary, when
 
 

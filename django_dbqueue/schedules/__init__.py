@@ -3,7 +3,7 @@
 ``schedule`` (the decorator), ``fire_due``, ``fire_now`` and ``sync`` are the public names;
 docs/schedules.md has the semantics across hosts. Modules by concept: ``declare`` (the
 decorator and ``DBQUEUE_SCHEDULES``), ``targets`` (what a firing enqueues), ``firing`` (the
-ledger and the slots), ``sync`` (code -> table, admin edits). The slots themselves come from
+ledger and the slots), ``syncing`` (code -> table, admin edits). The slots themselves come from
 ``django_dbqueue.slots``; the worker's tick is ``django_dbqueue.worker.ticker``.
 
 The decorator imports no models, so a task module may use it before the apps are ready.
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(firing, name)
     if name == "sync":
-        from .sync import sync
+        from .syncing import sync
 
         return sync
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@
 
 Decorated functions must be imported at start-up (a ``queue_handlers`` module is; import
 your task module from there). ``runqueue`` copies the declarations to the ``Schedule`` table
-when it starts (sync.py).
+when it starts (syncing.py).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Ticker:
         """Sync (the first time), then fire what is due; errors are logged, never raised."""
         # Here, not at import: the worker also runs without django_dbqueue's own tables.
         from ..schedules.firing import database, fire_due
-        from ..schedules.sync import sync
+        from ..schedules.syncing import sync
 
         using = self.database or database()
         try:

@@ -18,6 +18,8 @@ from django.db import IntegrityError, transaction
 
 from ..models import Schedule
 from ..models.schedule import OVERRIDABLE
+from ..slots import InvalidSchedule
+from . import targets
 from .declare import SETTING, Declaration, declarations
 from .firing import database, db_now
 
@@ -38,6 +40,12 @@ def sync(using: str | None = None) -> Synced:
     """Write every code declaration to its row; disable the rows code no longer declares."""
     using = using or database()
     declared, problems = declarations()
+    for name, declaration in list(declared.items()):
+        try:  # a target that cannot be used is refused here, not at its first firing
+            targets.resolve(declaration.target, declaration.arguments, using)
+        except InvalidSchedule as exc:
+            problems[name] = f"{name}: {exc}"
+            del declared[name]
     result = Synced(problems=list(problems.values()))
     for problem in result.problems:
         logger.error("schedule not synced: %s", problem)
