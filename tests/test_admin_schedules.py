@@ -37,7 +37,9 @@ def test_the_list_shows_next_due_and_origin(admin_client: Any, digest: Schedule)
     assert "digest" in text and "0 * * * * (UTC)" in text and ">code<" in text
 
 
-def test_an_edited_cron_line_is_validated_and_kept_as_an_override(admin_client: Any, digest: Schedule) -> None:
+def test_an_edited_cron_line_is_validated_and_kept_as_an_override(
+    admin_client: Any, digest: Schedule
+) -> None:
     bad = change(admin_client, digest, cron="99 * * * *")
     assert bad.status_code == 200 and "Bad minute" in bad.content.decode()
     digest.refresh_from_db()

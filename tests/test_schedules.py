@@ -89,7 +89,9 @@ def test_missed_slots_catch_up_by_policy(policy, limit, expected) -> None:
 
 
 @pytest.mark.parametrize(
-    "day", [datetime(2026, 3, 29, tzinfo=BERLIN), datetime(2026, 10, 25, tzinfo=BERLIN)], ids=["spring", "fall"]
+    "day",
+    [datetime(2026, 3, 29, tzinfo=BERLIN), datetime(2026, 10, 25, tzinfo=BERLIN)],
+    ids=["spring", "fall"],
 )
 def test_daily_0230_in_berlin_fires_once_on_a_dst_day(day) -> None:
     row = make(cron="30 2 * * *", timezone="Europe/Berlin", catch_up="all", catch_up_limit=5)
@@ -97,7 +99,9 @@ def test_daily_0230_in_berlin_fires_once_on_a_dst_day(day) -> None:
     row.next_due = start
     row.save()
     tick_through(row, start, start + timedelta(days=3), timedelta(minutes=7))
-    local_days = [slot.astimezone(BERLIN).date() for slot in ScheduleFiring.objects.values_list("slot", flat=True)]
+    local_days = [
+        slot.astimezone(BERLIN).date() for slot in ScheduleFiring.objects.values_list("slot", flat=True)
+    ]
     assert sorted(local_days) == [(day + timedelta(days=n)).date() for n in (-1, 0, 1, 2)][: len(local_days)]
     assert local_days.count(day.date()) == 1
     assert len(local_days) == len(set(local_days)) == Message.objects.count() >= 3
@@ -113,12 +117,16 @@ def test_run_now_is_a_manual_firing_and_leaves_the_slots_alone() -> None:
 
 
 def test_a_broken_target_is_logged_kept_on_the_row_and_skipped(caplog) -> None:
-    broken = make("broken", every=1, target="message:no.such.kind", next_due=timezone.now() - timedelta(seconds=2))
+    broken = make(
+        "broken", every=1, target="message:no.such.kind", next_due=timezone.now() - timedelta(seconds=2)
+    )
     fine = make("fine", every=1, next_due=timezone.now() - timedelta(seconds=2))
     assert fire_due(fired_by="t") == 1
     broken.refresh_from_db()
     fine.refresh_from_db()
-    assert "no handler is registered" in broken.last_error and broken.next_due > timezone.now() - timedelta(seconds=1)
+    assert "no handler is registered" in broken.last_error and broken.next_due > timezone.now() - timedelta(
+        seconds=1
+    )
     assert fine.last_slot is not None and ScheduleFiring.objects.get().schedule == fine
     assert "no handler is registered" in caplog.text
 
@@ -203,7 +211,12 @@ def test_bad_declarations_get_a_check_error_and_write_nothing(spec, problem) -> 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"cron": "nonsense"}, {"every": 0}, {"every": timedelta(seconds=-1)}, {"cron": "* * * * *", "timezone": "X/Y"}],
+    [
+        {"cron": "nonsense"},
+        {"every": 0},
+        {"every": timedelta(seconds=-1)},
+        {"cron": "* * * * *", "timezone": "X/Y"},
+    ],
 )
 def test_the_decorator_refuses_bad_timing_at_import_time(kwargs) -> None:
     with pytest.raises(InvalidSchedule):
@@ -220,3 +233,15 @@ def test_a_setting_that_is_not_a_dict_fails_its_check() -> None:
 
 def test_runqueue_no_schedules_is_an_option() -> None:
     call_command("runqueue", "testapp.Job", "--burst", "--no-schedules", "--no-progress", verbosity=0)
+
+
+def test_purgequeue_deletes_old_firings_only() -> None:
+    row = make(every=60, next_due=timezone.now())
+    old = ScheduleFiring.objects.create(
+        schedule=row, slot=datetime(2026, 1, 1, tzinfo=UTC), fired_at=timezone.now() - timedelta(days=40)
+    )
+    new = ScheduleFiring.objects.create(
+        schedule=row, slot=datetime(2026, 1, 2, tzinfo=UTC), fired_at=timezone.now()
+    )
+    call_command("purgequeue", "--firings-older-than", "30d", "--pause", "0", verbosity=0)
+    assert list(ScheduleFiring.objects.values_list("pk", flat=True)) == [new.pk] != [old.pk]
