@@ -17,8 +17,7 @@ from django.utils import timezone
 
 from django_dbqueue.checks import check_schedules
 from django_dbqueue.models import Message, Schedule, ScheduleFiring
-from django_dbqueue.schedules import InvalidSchedule, fire_due, fire_now, schedule, sync
-from django_dbqueue.schedules import declare
+from django_dbqueue.schedules import InvalidSchedule, declare, fire_due, fire_now, schedule, sync
 from django_dbqueue.schedules.firing import fire_schedule, fire_slot
 from django_dbqueue.schedules.targets import resolve
 from tests.testapp.models import Job

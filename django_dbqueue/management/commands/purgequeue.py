@@ -9,7 +9,7 @@ from typing import Any
 from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router, transaction
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 
 from django_dbqueue.backends import db_now_plus
 from django_dbqueue.management.arguments import duration, pause_seconds, whole_number
@@ -100,27 +100,21 @@ class Command(BaseCommand):
                 done = self._purge(rows, options, archive=archive)
                 verb = "to purge" if options["dry_run"] else "archived" if archive else "deleted"
                 self.stdout.write(f"{model._meta.label}: {done} finished row(s) {verb}")
-        if options["attempts_older_than"] is not None:
-            using = options["database"] or router.db_for_write(QueueAttempt)
-            rows = QueueAttempt.objects.using(using).filter(
-                finished_at__lt=db_now_plus(-options["attempts_older_than"])
-            )
-            done = self._purge(rows, options, archive=False)
-            self.stdout.write(
-                f"QueueAttempt: {done} attempt(s) {'deleted' if not options['dry_run'] else 'to purge'}"
-            )
-
-        if options["firings_older_than"] is not None:
-            # A slot's ledger row only guards it while hosts may still fire it: ticks compute
-            # slots from next_due onwards, so rows of past slots can go.
-            using = options["database"] or router.db_for_write(ScheduleFiring)
-            rows = ScheduleFiring.objects.using(using).filter(
-                fired_at__lt=db_now_plus(-options["firings_older_than"])
-            )
-            done = self._purge(rows, options, archive=False)
-            self.stdout.write(
-                f"ScheduleFiring: {done} firing(s) {'deleted' if not options['dry_run'] else 'to purge'}"
-            )
+        # A slot's ledger row only guards it while hosts may still fire it: ticks compute
+        # slots from next_due onwards, so rows of past slots can go.
+        ledgers: tuple[tuple[type[Model], str, str, str], ...] = (
+            (QueueAttempt, "finished_at", "attempts_older_than", "attempt"),
+            (ScheduleFiring, "fired_at", "firings_older_than", "firing"),
+        )
+        for table, field, option, noun in ledgers:
+            if options[option] is not None:
+                using = options["database"] or router.db_for_write(table)
+                rows = table._default_manager.using(using).filter(
+                    **{f"{field}__lt": db_now_plus(-options[option])}
+                )
+                done = self._purge(rows, options, archive=False)
+                verb = "to purge" if options["dry_run"] else "deleted"
+                self.stdout.write(f"{table.__name__}: {done} {noun}(s) {verb}")
 
     def _models(self, labels: list[str]) -> list[type[QueueMixin]]:
         if not labels:
