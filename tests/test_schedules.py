@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 
@@ -244,3 +244,15 @@ def test_purgequeue_deletes_old_firings_only() -> None:
     )
     call_command("purgequeue", "--firings-older-than", "30d", "--pause", "0", verbosity=0)
     assert list(ScheduleFiring.objects.values_list("pk", flat=True)) == [new.pk] != [old.pk]
+
+
+def test_syncschedules_writes_the_declarations_and_fails_on_a_bad_one(capsys) -> None:
+    with override_settings(DBQUEUE_SCHEDULES={"digest": {"message": "test.echo", "every": 60}}):
+        call_command("syncschedules")
+    assert "created: digest" in capsys.readouterr().out and Schedule.objects.get().name == "digest"
+    with (
+        override_settings(DBQUEUE_SCHEDULES={"bad": {"message": "test.echo", "every": -1}}),
+        pytest.raises(CommandError, match="whole number of seconds"),
+    ):
+        call_command("syncschedules")
+    assert Schedule.objects.get().name == "digest"  # disabled (no longer declared), not deleted
