@@ -2,9 +2,11 @@
 
 A thread with its own database connection (Django's are per thread), like the lease
 keeper, so a slot fires on time while the worker runs a long job, and the claim path never
-waits for it. Every worker of every host ticks; the ledger's unique key makes each slot
-fire once (``schedules/firing.py``). The first tick syncs the code's declarations to the
-table. ``runqueue --burst`` ticks once, before it drains; ``--no-schedules`` never.
+waits for it. The first worker process of each ``runqueue`` ticks (one more session per
+host, not per process; a ``Worker`` run on its own ticks too); the ledger's unique key makes
+each slot fire once however many hosts tick (``schedules/firing.py``). The first tick syncs
+the code's declarations to the table. ``runqueue --burst`` ticks once, before it drains;
+``--no-schedules`` never.
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-schedules",
             action="store_true",
-            help="Fire no schedules in these workers (by default each one fires what is due, ~1/s).",
+            help="Fire no schedules here (by default the first worker process fires what is due, ~1/s).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -182,6 +182,7 @@ class Command(BaseCommand):
                     options["concurrency"],
                     database or router.db_for_write(models[0]) or DEFAULT_DB_ALIAS,
                     options["burst"],
+                    not options["no_schedules"],
                 )
                 totals = Supervisor(
                     concurrency=options["concurrency"],
@@ -198,9 +199,9 @@ class Command(BaseCommand):
                 f"{totals.rescued} rescued"
             )
 
-    def _warn_about_sessions(self, concurrency: int, using: str, burst: bool) -> None:
+    def _warn_about_sessions(self, concurrency: int, using: str, burst: bool, schedules: bool) -> None:
         try:
-            warning = room_warning(concurrency, using, burst)
+            warning = room_warning(concurrency, using, burst, schedules)
         except DatabaseError:
             return  # the database is not up yet: the supervisor waits for it
         finally:
