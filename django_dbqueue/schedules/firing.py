@@ -53,11 +53,17 @@ def fire_slot(
     was fired already (by another host: its job exists, this one was rolled back)."""
     try:
         with transaction.atomic(using=using):
+            # The job first, so the ledger row names it in one INSERT; a lost race on the
+            # ledger's key rolls the job back with it.
+            job = enqueue(schedule.arguments, schedule.priority)
             firing = ScheduleFiring.objects.using(using).create(
-                schedule=schedule, slot=slot, manual=manual, fired_at=now, fired_by=fired_by[:255]
+                schedule=schedule,
+                slot=slot,
+                manual=manual,
+                fired_at=now,
+                fired_by=fired_by[:255],
+                job=job[:255],
             )
-            firing.job = enqueue(schedule.arguments, schedule.priority)[:255]
-            firing.save(using=using, update_fields=["job"])
     except IntegrityError:
         if ScheduleFiring.objects.using(using).filter(schedule=schedule, slot=slot).exists():
             return None
