@@ -49,6 +49,7 @@ def test_three_hosts_fire_each_of_ten_minutes_of_slots_exactly_once(start_worker
     assert jobs == {f"django_dbqueue.Message:{pk}" for pk in Message.objects.values_list("pk", flat=True)}
     # Firing was shared: more than one host (process) won slots.
     by_host = dict(ScheduleFiring.objects.values_list("fired_by").annotate(n=Count("id")))
+    print(f"{len(slots)} slots, one firing each, by host: {sorted(by_host.values())}")
     assert len(by_host) >= 2, by_host
 
 

@@ -85,7 +85,12 @@ def fire_due(using: str | None = None, fired_by: str = "") -> int:
     )
     fired = 0
     for schedule in due:
-        fired += fire_schedule(schedule, aware(schedule.dbqueue_now), using, fired_by)
+        try:
+            fired += fire_schedule(schedule, aware(schedule.dbqueue_now), using, fired_by)
+        except (OperationalError, InterfaceError):
+            raise  # the database, not this schedule: the ticker backs off
+        except Exception:
+            logger.exception("schedule %s: not fired this tick", schedule.name)
     return fired
 
 
