@@ -82,12 +82,14 @@ def test_enable_disable_and_run_now(admin_client: Any, digest: Schedule) -> None
 
 
 def test_a_schedule_added_in_the_admin_needs_a_usable_target(admin_client: Any) -> None:
-    form = {"name": "adhoc", "every": "60", "timezone": "UTC", "catch_up": "latest", "catch_up_limit": "10",
+    form = {"name": "adhoc", "every": "60", "timezone": "UTC", "catch_up": "all", "catch_up_limit": "0",
             "enabled": "on", "target": "message:no.such", "arguments": "{}", "priority": "0"}  # fmt: skip
     page = admin_client.post(f"{LIST}add/", form)
     assert page.status_code == 200 and "no handler is registered" in page.content.decode()
     assert not Schedule.objects.exists()
     page = admin_client.post(f"{LIST}add/", {**form, "target": "message:test.echo"})
+    assert page.status_code == 200 and "greater than or equal to 1" in page.content.decode()
+    page = admin_client.post(f"{LIST}add/", {**form, "target": "message:test.echo", "catch_up_limit": "10"})
     assert page.status_code == 302
     row = Schedule.objects.get()
     assert not row.in_code and row.next_due is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from ..slots import CatchUp, Timing
@@ -34,7 +35,11 @@ class Schedule(models.Model):
     catch_up = models.CharField(
         max_length=8, choices=[(c.value, c.value) for c in CatchUp], default=CatchUp.LATEST.value
     )
-    catch_up_limit = models.PositiveIntegerField(default=10, help_text="Most missed slots 'all' fires.")
+    catch_up_limit = models.PositiveIntegerField(
+        default=10,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        help_text="Most missed slots 'all' fires (1 to 10,000).",
+    )
     enabled = models.BooleanField(default=True)
     #: ``task:<module path>``, ``message:<kind>`` or ``model:<app_label.Model>``.
     target = models.CharField(max_length=255)

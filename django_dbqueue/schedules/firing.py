@@ -101,7 +101,7 @@ def fire_schedule(schedule: Schedule, now: datetime, using: str, fired_by: str) 
     except InvalidSchedule as exc:  # a row edited into nonsense by hand: it stops being due
         _record(schedule, using, f"not fired: {exc}", next_due=None)
         return 0
-    newest = schedule.catch_up_limit if schedule.catch_up == CatchUp.ALL else 1
+    newest = max(schedule.catch_up_limit, 1) if schedule.catch_up == CatchUp.ALL else 1
     slots, left_out = timing.due(schedule.next_due, now, newest)
     if (
         schedule.catch_up == CatchUp.SKIP
