@@ -12,7 +12,9 @@ from django.db.models import Count
 from django.utils import timezone
 
 from django_dbqueue.models import Message, Schedule, ScheduleFiring
+from django_dbqueue.states import QueueState
 from tests.conftest import wait_until
+from tests.testapp.models import Job
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 FAST = {"DBQUEUE_TEST_SCHEDULE_INTERVAL": "0.1"}
@@ -86,3 +88,17 @@ def test_no_schedules_fires_nothing(start_worker) -> None:
     worker = start_worker("django_dbqueue.Message", "--burst", "--no-schedules")
     assert worker.wait(timeout=60) == 0, worker.output
     assert not ScheduleFiring.objects.exists()
+
+
+def test_slots_fire_on_time_while_the_only_worker_runs_a_long_job(start_worker) -> None:
+    Job.objects.create(name="long", sleep=6)
+    Schedule.objects.create(name="tick", every=1, target="message:test.echo", next_due=timezone.now())
+    worker = start_worker("testapp.Job", "--concurrency", "1")
+    assert wait_until(lambda: Job.objects.filter(queue_state=QueueState.RUNNING).exists(), timeout=30)
+    before = ScheduleFiring.objects.count()
+    time.sleep(4)
+    # The job still runs, and the ticker thread kept firing once a second beside it.
+    assert Job.objects.filter(queue_state=QueueState.RUNNING).exists()
+    assert ScheduleFiring.objects.count() - before >= 3
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, worker.output
