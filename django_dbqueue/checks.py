@@ -160,3 +160,21 @@ def check_databases(databases: Iterable[str] | None = None, **kwargs: Any) -> li
             )
         )
     return errors
+
+
+@checks.register()
+def check_schedules(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Every declared schedule: its timing, time zone, catch-up policy and target (E050)."""
+    from .schedules import declarations, targets
+    from .schedules.firing import database
+
+    declared, problems = declarations()
+    for declaration in declared.values():
+        try:
+            targets.resolve(declaration.target, declaration.arguments, database())
+        except ValueError as exc:  # InvalidSchedule
+            problems[declaration.name] = f"{declaration.name}: {exc}"
+    return [
+        checks.Error(f"schedule {problem}", hint="See docs/schedules.md.", id="django_dbqueue.E050")
+        for problem in problems.values()
+    ]

@@ -27,6 +27,7 @@ class Kind(StrEnum):
     FLAG = "True or False (a bool)"
     RETRY_POLICY = "None or a retry policy (e.g. ExponentialBackoff(), NoRetry())"
     PATH = "a non-empty file path (str or Path)"
+    SCHEDULES = "a dict of schedule declarations by name (docs/schedules.md)"
 
 
 class Setting[T]:
@@ -56,7 +57,7 @@ class Setting[T]:
 
 
 SECONDS, WHOLE, FLAG = Kind.SECONDS, Kind.WHOLE, Kind.FLAG
-RETRY_POLICY, PATH = Kind.RETRY_POLICY, Kind.PATH
+RETRY_POLICY, PATH, SCHEDULES = Kind.RETRY_POLICY, Kind.PATH, Kind.SCHEDULES
 
 
 class Settings:
@@ -94,6 +95,12 @@ class Settings:
     TASK_RETRY: Setting[RetryPolicy | None] = Setting(None, RETRY_POLICY)
     #: The MariaDB Connector/J jar the Spark pipeline (``django_dbqueue.spark``) hands to Spark.
     SPARK_JDBC_JAR = Setting("/usr/share/java/mariadb-java-client.jar", PATH)
+    #: Recurring jobs declared in settings, by name (docs/schedules.md; each is checked).
+    SCHEDULES: Setting[dict[str, Any]] = Setting({}, SCHEDULES)
+    #: Seconds between two firing ticks of a worker (one indexed query when nothing is due).
+    SCHEDULE_INTERVAL = Setting(1.0, SECONDS, 0.05, 3600)
+    #: Seconds late a slot may be found and still fire under ``catch_up="skip"``.
+    SCHEDULE_GRACE = Setting(60.0, SECONDS, 1, DAY)
 
     @classmethod
     def declared(cls) -> dict[str, Setting[Any]]:

@@ -78,6 +78,11 @@ def get_handler(kind: str) -> Handler | None:
     return _registry.get(kind)
 
 
+def kind_of(func: Callable[..., Any]) -> str | None:
+    """The kind ``func`` handles, if it is a registered handler."""
+    return next((h.kind for h in _registry.values() if h.func is func), None)
+
+
 def unregister(kind: str) -> None:
     _registry.pop(kind, None)
 

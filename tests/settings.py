@@ -88,6 +88,10 @@ LOGGING = {
 if os.environ.get("DBQUEUE_TEST_RESCUE_INTERVAL"):
     DBQUEUE_RESCUE_INTERVAL = float(os.environ["DBQUEUE_TEST_RESCUE_INTERVAL"])
 
+# Schedule tests tick their workers faster, so that hosts race for the same slots.
+if os.environ.get("DBQUEUE_TEST_SCHEDULE_INTERVAL"):
+    DBQUEUE_SCHEDULE_INTERVAL = float(os.environ["DBQUEUE_TEST_SCHEDULE_INTERVAL"])
+
 # Worker subprocesses started by the tests use the test database pytest-django created.
 if os.environ.get("DBQUEUE_TEST_DB_NAME"):
     _default["NAME"] = os.environ["DBQUEUE_TEST_DB_NAME"]

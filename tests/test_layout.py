@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_dbqueue"
 
 #: Layers, bottom first: a module may import its own layer (acyclically) and those below.
 LAYERS = [
-    {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry", "traces"},
+    {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry", "traces", "slots"},
     {"backends"},
     {"history", "claims", "unique", "cancellation"},
     {"outcomes", "rescue", "pauses", "limits"},
@@ -26,6 +26,7 @@ LAYERS = [
         "worker",
         "status",
         "admin",
+        "schedules",
         "spark",
         "tasks",
         "checks",

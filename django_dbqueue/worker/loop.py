@@ -4,10 +4,9 @@ A plain class, usable without the management command: ``Worker(models=[Order]).r
 
 Correctness never depends on this process staying alive: a row it claimed is RUNNING with a
 lease; if the process dies, the lease runs out and any worker's rescue puts the row back.
-While it lives, its lease keeper renews the leases of the rows it holds.
-
-Run inside a transaction (a ``TestCase``), the worker uses that transaction's connection and
-leaves it open: no keeper thread, no wake-up listener, no closing of connections.
+While it lives, its lease keeper renews the leases of the rows it holds; its ticker fires
+due schedules. Run inside a transaction (a ``TestCase``), the worker uses that transaction's
+connection and leaves it open: no keeper or ticker thread, no listener, no closing.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from .shutdown import install_signals
 from .sizing import ClaimSizer, atomic_group, default_batch_size
 from .stats import WorkerStats
 from .tables import check_tables, has_queue_column
+from .ticker import Ticker
 from .wakeup import Listener
 
 logger = logging.getLogger("django_dbqueue.worker")
@@ -61,6 +61,7 @@ class Worker:
         stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
         on_hard_timeout: HardTimeoutHook | None = None,
         parent_pid: int | None = None,
+        schedules: bool = True,
     ) -> None:
         self.models = list(models) if models else queue_models()
         if not self.models:
@@ -90,6 +91,7 @@ class Worker:
         self._listener: Listener | None = None
         self._registry_db: str | None = None
         self.keeper = LeaseKeeper(self.worker_id, lambda: self._registry_db, on_hard_timeout)
+        self.ticker = Ticker(self.worker_id, database, enabled=schedules)
         self._next_rescue = 0.0
         self.alarm = False  # SIGALRM enforces queue_timeout (main thread only)
         self._sizer = ClaimSizer()
@@ -123,15 +125,13 @@ class Worker:
             if not self.in_transaction:
                 self.keeper.start()
                 self._start_listener(databases)
-            logger.info(
-                "worker %s consuming %s%s",
-                self.worker_id,
-                ", ".join(m._meta.label for m in self.models),
-                ", burst" if self.burst else "",
-            )
+                self.ticker.start(burst=self.burst)
+            labels = ", ".join(m._meta.label for m in self.models)
+            logger.info("worker %s consuming %s%s", self.worker_id, labels, ", burst" if self.burst else "")
             self._loop()
         finally:
             self.keeper.stop()
+            self.ticker.stop()
             if self._listener is not None:
                 self._listener.stop()
             if restore:

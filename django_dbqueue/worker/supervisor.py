@@ -113,7 +113,7 @@ class Supervisor:
             os._exit(EXIT_HARD_TIMEOUT)
 
         worker = Worker(
-            **self.options,
+            **{**self.options, "schedules": self.options.get("schedules", True) and index == 0},  # 1 per host
             worker_id=f"{self.base_id}-{index}",
             on_hard_timeout=hard_timeout,
             stop_signals=(signal.SIGTERM,),  # Ctrl-C is the supervisor's (see the module's docstring)

@@ -9,11 +9,18 @@ from typing import Any
 from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router, transaction
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 
 from django_dbqueue.backends import db_now_plus
 from django_dbqueue.management.arguments import duration, pause_seconds, whole_number
-from django_dbqueue.models import ArchivedMessage, Message, QueueAttempt, QueueMixin, TaskRecord
+from django_dbqueue.models import (
+    ArchivedMessage,
+    Message,
+    QueueAttempt,
+    QueueMixin,
+    ScheduleFiring,
+    TaskRecord,
+)
 from django_dbqueue.states import QueueState
 
 #: Models whose rows belong to the queue itself. Domain rows (an Order) are never deleted.
@@ -56,6 +63,12 @@ class Command(BaseCommand):
             default=None,
             help="Delete QueueAttempt history older than this.",
         )
+        parser.add_argument(
+            "--firings-older-than",
+            type=duration,
+            default=None,
+            help="Delete the schedules' ledger rows (ScheduleFiring) fired longer ago than this.",
+        )
         parser.add_argument("--batch-size", type=batch_size, default=1000)
         parser.add_argument(
             "--pause",
@@ -67,8 +80,10 @@ class Command(BaseCommand):
         parser.add_argument("--database", default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["older_than"] is None and options["attempts_older_than"] is None:
-            raise CommandError("Nothing to do: give --older-than and/or --attempts-older-than.")
+        if all(options[name] is None for name in ("older_than", "attempts_older_than", "firings_older_than")):
+            raise CommandError(
+                "Nothing to do: give --older-than, --attempts-older-than and/or --firings-older-than."
+            )
         if options["database"] and options["database"] not in connections:
             raise CommandError(f"Unknown database alias {options['database']!r}.")
         models = self._models(options["models"])
@@ -85,15 +100,21 @@ class Command(BaseCommand):
                 done = self._purge(rows, options, archive=archive)
                 verb = "to purge" if options["dry_run"] else "archived" if archive else "deleted"
                 self.stdout.write(f"{model._meta.label}: {done} finished row(s) {verb}")
-        if options["attempts_older_than"] is not None:
-            using = options["database"] or router.db_for_write(QueueAttempt)
-            rows = QueueAttempt.objects.using(using).filter(
-                finished_at__lt=db_now_plus(-options["attempts_older_than"])
-            )
-            done = self._purge(rows, options, archive=False)
-            self.stdout.write(
-                f"QueueAttempt: {done} attempt(s) {'deleted' if not options['dry_run'] else 'to purge'}"
-            )
+        # A slot's ledger row only guards it while hosts may still fire it: ticks compute
+        # slots from next_due onwards, so rows of past slots can go.
+        ledgers: tuple[tuple[type[Model], str, str, str], ...] = (
+            (QueueAttempt, "finished_at", "attempts_older_than", "attempt"),
+            (ScheduleFiring, "fired_at", "firings_older_than", "firing"),
+        )
+        for table, field, option, noun in ledgers:
+            if options[option] is not None:
+                using = options["database"] or router.db_for_write(table)
+                rows = table._default_manager.using(using).filter(
+                    **{f"{field}__lt": db_now_plus(-options[option])}
+                )
+                done = self._purge(rows, options, archive=False)
+                verb = "to purge" if options["dry_run"] else "deleted"
+                self.stdout.write(f"{table.__name__}: {done} {noun}(s) {verb}")
 
     def _models(self, labels: list[str]) -> list[type[QueueMixin]]:
         if not labels:

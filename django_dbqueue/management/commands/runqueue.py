@@ -151,6 +151,11 @@ class Command(BaseCommand):
             "--metrics-address", default="0.0.0.0", help="Address --metrics-port listens on (default all)."
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
+        parser.add_argument(
+            "--no-schedules",
+            action="store_true",
+            help="Fire no schedules here (by default the first worker process fires what is due, ~1/s).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         refuse_bad_settings()
@@ -176,6 +181,7 @@ class Command(BaseCommand):
             "worker_id": options["worker_id"],
             "database": database,
             "queues": options["queue"],
+            "schedules": not options["no_schedules"],
         }
         try:
             if any(connections[alias].in_atomic_block for alias in connections):
@@ -192,6 +198,7 @@ class Command(BaseCommand):
                     options["concurrency"],
                     database or router.db_for_write(models[0]) or DEFAULT_DB_ALIAS,
                     options["burst"],
+                    not options["no_schedules"],
                 )
                 supervisor = Supervisor(
                     concurrency=options["concurrency"],
@@ -228,9 +235,9 @@ class Command(BaseCommand):
             if made:
                 shutil.rmtree(made, ignore_errors=True)
 
-    def _warn_about_sessions(self, concurrency: int, using: str, burst: bool) -> None:
+    def _warn_about_sessions(self, concurrency: int, using: str, burst: bool, schedules: bool) -> None:
         try:
-            warning = room_warning(concurrency, using, burst)
+            warning = room_warning(concurrency, using, burst, schedules)
         except DatabaseError:
             return  # the database is not up yet: the supervisor waits for it
         finally:

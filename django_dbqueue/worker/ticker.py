@@ -1,0 +1,78 @@
+"""The firing tick of a worker: a daemon thread that fires due schedules about once a second.
+
+A thread with its own database connection (Django's are per thread), like the lease
+keeper, so a slot fires on time while the worker runs a long job, and the claim path never
+waits for it. The first worker process of each ``runqueue`` ticks (one more session per
+host, not per process; a ``Worker`` run on its own ticks too); the ledger's unique key makes
+each slot fire once however many hosts tick (``schedules/firing.py``). The first tick syncs
+the code's declarations to the table. ``runqueue --burst`` ticks once, before it drains;
+``--no-schedules`` never.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import connections
+
+from ..conf import settings
+
+logger = logging.getLogger("django_dbqueue.schedules")
+
+#: Longest pause after failed ticks (a database outage, a missing table), in seconds.
+LONGEST_PAUSE = 30.0
+
+
+class Ticker:
+    def __init__(self, worker_id: str, database: str | None, enabled: bool = True) -> None:
+        self.worker_id = worker_id
+        self.database = database
+        self.enabled = enabled
+        self.synced = False
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"dbqueue-schedules-{worker_id}", daemon=True)
+
+    def start(self, burst: bool = False) -> None:
+        if not self.enabled:
+            return
+        if burst:
+            self.tick()
+        else:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def tick(self) -> int:
+        """Sync (the first time), then fire what is due; errors are logged, never raised."""
+        # Here, not at import: the worker also runs without django_dbqueue's own tables.
+        from ..schedules.firing import database, fire_due
+        from ..schedules.syncing import sync
+
+        using = self.database or database()
+        try:
+            if not self.synced:
+                sync(using)
+                self.synced = True
+            fired = fire_due(using, self.worker_id)
+        except Exception as exc:  # noqa: BLE001 - a tick must never stop the worker
+            self.failures += 1
+            log = logger.warning if self.failures in (1, 10) or self.failures % 100 == 0 else logger.debug
+            log("schedules: tick failed (%d in a row): %s", self.failures, exc, exc_info=self.failures == 1)
+            connections[using].close()  # a broken connection is not reused
+            return 0
+        self.failures = 0
+        return fired
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.tick()
+                pause = settings.SCHEDULE_INTERVAL * 2 ** min(self.failures, 10)
+                self._stop.wait(min(pause, max(LONGEST_PAUSE, settings.SCHEDULE_INTERVAL)))
+        finally:
+            connections.close_all()  # this thread's connections
