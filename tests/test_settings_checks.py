@@ -19,6 +19,10 @@ from django_dbqueue.settings_checks import check_settings, value_problem
 from django_dbqueue.states import QueueState
 from tests.testapp.models import Job
 
+# `check` runs the models' checks too, and Django's JSONField check asks the database whether it
+# supports JSON (a query, on first use in the process): without the mark, this file alone fails.
+pytestmark = pytest.mark.django_db
+
 PACKAGE = Path(__file__).resolve().parent.parent / "django_dbqueue"
 
 BAD = [
