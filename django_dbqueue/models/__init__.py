@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from django.apps import apps
 
-from .mixin import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
+from .mixin import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_model, queue_models
 from .trace import QueueTraceMixin
 
-__all__ = ["CLAIM_INDEX_FIELDS", "QUEUE_FIELDS", "QueueMixin", "QueueTraceMixin", "queue_models"]
+__all__ = [
+    "CLAIM_INDEX_FIELDS",
+    "QUEUE_FIELDS",
+    "QueueMixin",
+    "QueueTraceMixin",
+    "queue_model",
+    "queue_models",
+]
 
 if apps.apps_ready and apps.is_installed("django_dbqueue"):
     from .attempt import QueueAttempt

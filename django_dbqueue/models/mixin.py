@@ -228,6 +228,18 @@ def queue_models() -> list[type[QueueMixin]]:
     return [m for m in apps.get_models() if issubclass(m, QueueMixin) and not m._meta.abstract]
 
 
+def queue_model(label: str) -> type[QueueMixin]:
+    """The installed concrete QueueMixin model named ``app_label.Model``; ValueError, with a
+    sentence to show, for any other name."""
+    try:
+        model = apps.get_model(label)
+    except (LookupError, ValueError):
+        raise ValueError(f"unknown model {label!r}: use app_label.ModelName") from None
+    if not issubclass(model, QueueMixin) or model._meta.abstract:
+        raise ValueError(f"{label} is not a concrete QueueMixin model")
+    return model
+
+
 @checks.register(checks.Tags.models)
 def check_app_installed(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Registered on import of the mixin, so it runs even when the app's own checks cannot

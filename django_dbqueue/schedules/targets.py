@@ -13,13 +13,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import django
-from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist
 from django.db import DEFAULT_DB_ALIAS, router
 from django.utils.module_loading import import_string
 
 from ..handlers import get_handler
-from ..models import Message, QueueMixin
+from ..models import Message, queue_model
 from ..payloads import check_payload
 from ..slots import InvalidSchedule
 from ..states import QueueState
@@ -105,11 +104,9 @@ def _message(kind: str, arguments: Mapping[str, Any], using: str) -> Enqueue:
 
 def _model(label: str, arguments: Mapping[str, Any], using: str) -> Enqueue:
     try:
-        model = apps.get_model(label)
-    except (LookupError, ValueError):
-        raise InvalidSchedule(f"unknown model {label!r}: use app_label.ModelName") from None
-    if not issubclass(model, QueueMixin) or model._meta.abstract:
-        raise InvalidSchedule(f"{label} is not a concrete QueueMixin model")
+        model = queue_model(label)
+    except ValueError as exc:
+        raise InvalidSchedule(str(exc)) from None
     for name in arguments.get("fields", {}):
         try:
             model._meta.get_field(name)

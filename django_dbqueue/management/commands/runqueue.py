@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, connections, router
@@ -22,7 +21,7 @@ from django_dbqueue.management.arguments import (
     whole_number,
     worker_id,
 )
-from django_dbqueue.models import QueueMixin, queue_models
+from django_dbqueue.models import QueueMixin, queue_model, queue_models
 from django_dbqueue.settings_checks import failed_setting_checks
 from django_dbqueue.worker import Worker
 from django_dbqueue.worker.exporter import Exporter, prepare_multiprocess
@@ -42,16 +41,10 @@ def resolve_models(labels: list[str]) -> list[type[QueueMixin]]:
         if not found:
             raise CommandError("No QueueMixin models are installed: nothing to consume.")
         return found
-    resolved = []
-    for label in labels:
-        try:
-            model = apps.get_model(label)
-        except (LookupError, ValueError):
-            raise CommandError(f"Unknown model {label!r}: use app_label.ModelName.") from None
-        if not issubclass(model, QueueMixin) or model._meta.abstract:
-            raise CommandError(f"{label} is not a concrete QueueMixin model.")
-        resolved.append(model)
-    return resolved
+    try:
+        return [queue_model(label) for label in labels]
+    except ValueError as exc:
+        raise CommandError(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from None
 
 
 def refuse_bad_settings() -> None:
