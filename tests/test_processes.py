@@ -145,11 +145,15 @@ def test_second_signal_exits_at_once_and_leases_bring_the_rows_back(start_worker
     Job.objects.bulk_create([Job(name=str(i), sleep=2) for i in range(4)])
     worker = start_worker("testapp.Job", "--batch-size", "4", "--lease", "1")
     assert wait_until(lambda: Job.objects.filter(queue_state="running").count() == 4, timeout=30)
+    # RUNNING is visible at the claim's commit, a moment before the first handler starts; a
+    # signal in that moment finds no job running and gives all four back (a clean exit, 0).
+    # The first job sleeps 2 s: half a second in, it is running.
+    time.sleep(0.5)
     started = time.monotonic()
     worker.signal(signal.SIGINT)
     time.sleep(0.2)
     worker.signal(signal.SIGINT)
-    assert worker.wait(timeout=10) != 0
+    assert worker.wait(timeout=10) != 0, worker.output
     assert time.monotonic() - started < 1.5
     rescued = [0]
 
