@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from datetime import timedelta
 
+import django
 import pytest
 from django.core.management import call_command
 from django.db import connections, transaction
@@ -249,3 +250,37 @@ def _close_reply_listeners():
     from django_dbqueue.models.reply import close_listeners
 
     close_listeners()  # its LISTEN session would keep the test database from being dropped
+
+
+def test_the_message_admin_shows_the_group_and_the_request_flag(admin_client) -> None:
+    from django.urls import reverse
+
+    Message.objects.publish_to_topic("test.topic", {"n": 1})
+    url = reverse("admin:django_dbqueue_message_changelist")
+    response = admin_client.get(url, {"q": "billing"})
+    assert response.status_code == 200
+    assert [m.group for m in response.context["cl"].result_list] == ["billing"]
+    assert "column-group" in response.content.decode() and "column-expects_reply" in response.content.decode()
+
+
+# -- django.tasks: waiting on a result ---------------------------------------------------------
+
+
+@pytest.mark.processes
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks arrived in Django 6.0")
+def test_tasks_wait_returns_the_finished_result_or_times_out(start_worker) -> None:
+    from django_dbqueue.models import TaskRecord
+    from django_dbqueue.tasks import wait
+    from tests.testapp import tasks
+
+    result = tasks.add.enqueue(2, 3)
+    with pytest.raises(ValueError, match="positive"):
+        wait(result, 0)
+    with pytest.raises(TransactionManagementError), transaction.atomic():
+        wait(result, 1)
+    with pytest.raises(ReplyTimeout, match="did not finish"):
+        wait(result, 0.2)
+    assert TaskRecord.objects.get().queue_state == QueueState.READY  # left as it was
+    worker = start_worker("django_dbqueue.TaskRecord", "--burst")
+    assert wait(result, 60).return_value == 5
+    assert worker.wait(timeout=60) == 0

@@ -61,18 +61,11 @@ def request(
 
     Raises :class:`ReplyTimeout` after ``timeout`` seconds (nothing left behind) and
     :class:`RequestFailed` when the handler failed for good first."""
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout):
-        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive, not {timeout!r}")
+    check_timeout(timeout)
     if get_handler(kind) is None:
         raise ValueError(f"no handler is registered for {kind!r}: a request to it would never be answered")
     using = qs.db or DEFAULT_DB_ALIAS
-    if connections[using].in_atomic_block:
-        raise TransactionManagementError(
-            "Message.objects.request() inside a transaction: the worker could not see the request "
-            "before your commit, so the reply could never come; call it outside atomic()"
-        )
+    refuse_in_transaction(using, "Message.objects.request()")
     message = qs._build(kind, payload, None, None, priority, queue)
     message.expects_reply = True
     seconds = timedelta(seconds=timeout)
@@ -80,6 +73,26 @@ def request(
         message.save(using=using, force_insert=True)  # post_save wakes the workers
         Reply.objects.using(using).create(request_id=message.pk, expires_at=db_now_plus(seconds + GRACE))
     return _wait(using, message, time.monotonic() + timeout, timeout)
+
+
+def check_timeout(timeout: Any) -> float:
+    """A caller's wait in seconds: a finite positive number, or a clear error."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout):
+        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, not {timeout!r}")
+    return float(timeout)
+
+
+def refuse_in_transaction(using: str, what: str) -> None:
+    """Waiting for a worker inside a transaction cannot work: the worker does not see what the
+    transaction wrote before it commits, and under REPEATABLE READ (MySQL's default) the
+    waiter would not see the worker's writes either."""
+    if connections[using].in_atomic_block:
+        raise TransactionManagementError(
+            f"{what} inside a transaction: the worker cannot see what it has not committed, "
+            "so the wait could only time out; call it outside atomic()"
+        )
 
 
 def deliver(message: Any, result: Any) -> None:
