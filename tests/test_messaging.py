@@ -190,6 +190,20 @@ def test_requests_get_their_own_replies_from_a_worker_process(start_worker) -> N
         worker.wait(timeout=30)
 
 
+@pytest.mark.slow
+@pytest.mark.processes
+def test_a_thousand_requests_from_eight_processes_get_their_own_replies(start_worker) -> None:
+    worker = start_worker("django_dbqueue.Message", "--concurrency", "2", "--poll-interval", "0.05")
+    try:
+        times = _calls_from_processes(clients=8, calls=125)
+        assert len(times) == 1000
+        assert not Reply.objects.exists()
+        assert Message.objects.filter(queue_state=QueueState.SUCCEEDED).count() == 1000
+    finally:
+        worker.signal(15)
+        worker.wait(timeout=30)
+
+
 def test_a_reply_is_delivered_once_even_when_the_handler_runs_again() -> None:
     from django_dbqueue.models.reply import deliver
 
@@ -219,7 +233,7 @@ def _calls_from_processes(clients: int, calls: int) -> list[float]:
     procs = [context.Process(target=_client, args=(c, calls, out)) for c in range(clients)]
     for proc in procs:
         proc.start()
-    results = [out.get(timeout=120) for _ in procs]
+    results = [out.get(timeout=300) for _ in procs]
     for proc in procs:
         proc.join(timeout=30)
         assert proc.exitcode == 0
