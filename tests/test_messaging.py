@@ -4,7 +4,6 @@ database, with real runqueue processes where the behaviour is about processes.""
 from __future__ import annotations
 
 import math
-import multiprocessing
 import time
 from collections import Counter
 from datetime import timedelta
@@ -21,7 +20,7 @@ from django_dbqueue.handlers import handler, unregister
 from django_dbqueue.models import Message, Reply
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
-from tests.conftest import wait_until
+from tests.conftest import run_forked, wait_until
 from tests.testapp.models import Ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -227,16 +226,7 @@ def _calls_from_processes(clients: int, calls: int) -> list[float]:
     from django_dbqueue.models.reply import close_listeners
 
     close_listeners()  # no thread of ours may be running across fork()
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    connections.close_all()  # children must open their own sessions, not share ours
-    procs = [context.Process(target=_client, args=(c, calls, out)) for c in range(clients)]
-    for proc in procs:
-        proc.start()
-    results = [out.get(timeout=300) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=30)
-        assert proc.exitcode == 0
+    results = run_forked(_client, [(c, calls) for c in range(clients)], timeout=300)
     errors = [r for r in results if isinstance(r, str)]
     assert not errors, errors
     return [t for r in results for t in r]
