@@ -138,6 +138,7 @@ def test_three_groups_under_four_workers_each_consume_every_message_once(start_w
         ({"timeout": True}, TypeError, "number of seconds"),
         ({"timeout": 5, "kind": "no.handler"}, ValueError, "no handler is registered"),
         ({"timeout": 5, "kind": "bad kind"}, ValueError, "no handler is registered"),
+        ({"timeout": 5, "kind": "test.topic"}, ValueError, "is a topic of groups audit, billing, shipping"),
         ({"timeout": 5, "payload": {"n": object()}}, TypeError, "JSON"),
     ],
 )

@@ -25,7 +25,7 @@ from django.db.transaction import TransactionManagementError
 
 from ..backends import backend_for, db_now_plus
 from ..exceptions import Discard, ReplyTimeout, RequestFailed
-from ..handlers import get_handler
+from ..handlers import get_handler, groups_of
 from ..states import QueueState
 
 #: A slot outlives its caller's timeout by this much before the sweep may delete it.
@@ -63,7 +63,15 @@ def request(
     :class:`RequestFailed` when the handler failed for good first."""
     check_timeout(timeout)
     if get_handler(kind) is None:
-        raise ValueError(f"no handler is registered for {kind!r}: a request to it would never be answered")
+        groups = groups_of(kind) if isinstance(kind, str) else []
+        topic = (
+            f" ({kind!r} is a topic of groups {', '.join(groups)}; a request has one handler)"
+            if groups
+            else ""
+        )
+        raise ValueError(
+            f"no handler is registered for {kind!r}: a request to it would never be answered{topic}"
+        )
     using = qs.db or DEFAULT_DB_ALIAS
     refuse_in_transaction(using, "Message.objects.request()")
     message = qs._build(kind, payload, None, None, priority, queue)
@@ -124,6 +132,9 @@ def _wait(using: str, message: Any, deadline: float, timeout: float) -> Any:
             if now >= next_state_check:
                 next_state_check = now + STATE_CHECK
                 failed = _failure(using, message)
+                found, payload = _take(using, message.pk) if failed else (False, None)
+                if found:  # replied, then failed (a run that lost its lease): the reply counts
+                    return payload
                 if failed is not None:
                     _forget(using, message)
                     raise RequestFailed(f"request #{message.pk} to {message.kind!r} failed: {failed}")
