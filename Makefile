@@ -10,7 +10,7 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django \
-        lint check docs package example bench bench-quick bench-flow bench-atomic-ceiling chaos faults clean
+        lint check docs package example bench bench-quick bench-flow bench-request-reply bench-atomic-ceiling chaos faults clean
 
 help:
 	@echo "make example   - run the example shop end to end: Python >= 3.12 and SQLite only, no root"
@@ -23,6 +23,7 @@ help:
 	@echo "make package   - wheel + sdist, twine check, the wheel in a clean virtualenv runs the example"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
 	@echo "make bench-flow - the claim's cost with per-key limits, as a ratio to the plain claim"
+	@echo "make bench-request-reply - 1,000 request-reply calls from 8 processes: p95 round trip (MariaDB, PostgreSQL)"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
 
 # -- environment ----------------------------------------------------------------------------
@@ -124,6 +125,7 @@ $(BENCH_VENV)/.installed: bench/requirements.txt
 bench: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py
 	$(PY) bench/flow_claim.py
+	$(MAKE) bench-request-reply
 
 bench-quick: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --quick
@@ -135,6 +137,11 @@ bench-atomic-ceiling: venv services
 # The claim with per-key limits beside the plain claim (issue #22; also run by `make bench`).
 bench-flow: venv services
 	$(PY) bench/flow_claim.py
+
+# Request-reply round trips, 1,000 calls from 8 client processes (issue #23; also run by `make bench`).
+bench-request-reply: venv services
+	DATABASE_URL=mysql://root@127.0.0.1:3306/bench_rr $(PY) bench/request_reply.py
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_rr $(PY) bench/request_reply.py
 
 # -- example --------------------------------------------------------------------------------
 

@@ -72,3 +72,12 @@ def describe_error(error: BaseException | str) -> str:
         # Keep the end: the innermost frames and the message explain a failure.
         text = "…[truncated]\n" + text[-limit:]
     return text
+
+
+class ReplyTimeout(QueueError, TimeoutError):
+    """``Message.objects.request()`` got no reply in time. The request and its reply slot
+    were removed (a request already running finishes, and its late reply is dropped)."""
+
+
+class RequestFailed(QueueError):
+    """The request's handler failed for good (or was discarded or cancelled) before it replied."""

@@ -27,6 +27,8 @@ class Handler:
     kind: str
     func: Callable[[Any], Any]
     schema: Schema | None = None
+    #: The subscriber group of a topic (docs/messaging.md); "" for a plain kind.
+    group: str = ""
 
     def validate(self, payload: Any) -> None:
         """Raise InvalidPayload unless ``payload`` matches the schema.
@@ -53,29 +55,47 @@ class Handler:
             raise InvalidPayload("; ".join(problems))
 
 
-_registry: dict[str, Handler] = {}
+#: By (kind, group): a topic's subscriber groups each have their own handler.
+_registry: dict[tuple[str, str], Handler] = {}
 
 
-def handler(kind: str, *, schema: Schema | None = None) -> Callable[[Callable], Callable]:
+def check_group(group: str) -> str:
+    """A subscriber group's name, validated: its copies go to the queue of that name."""
+    if not isinstance(group, str) or not NAME.match(group) or len(group) > 64:
+        raise ValueError(f"subscriber group {group!r}: use 1-64 letters, digits and _ . : -")
+    return group
+
+
+def handler(
+    kind: str, *, schema: Schema | None = None, group: str | None = None
+) -> Callable[[Callable], Callable]:
     """Register the decorated function as the handler of messages of ``kind``.
 
     The function receives the ``Message`` (its ``payload``, ``key``, ``queue_attempts``...).
+    With ``group``, ``kind`` is a topic and the function consumes that group's copies
+    (``Message.objects.publish_to_topic``); what it returns is the reply to a request.
     """
-    if not NAME.match(kind):
+    if not isinstance(kind, str) or not NAME.match(kind):
         raise ValueError(f"handler kind {kind!r}: use 1-100 letters, digits and _ . : -")
+    slot = (kind, "" if group is None else check_group(group))
 
     def register(func: Callable) -> Callable:
-        existing = _registry.get(kind)
+        existing = _registry.get(slot)
         if existing is not None and existing.func is not func:
-            raise ValueError(f"a handler for {kind!r} is already registered: {existing.func!r}")
-        _registry[kind] = Handler(kind=kind, func=func, schema=schema)
+            raise ValueError(f"a handler for {kind!r} {slot[1]!r} is already registered: {existing.func!r}")
+        _registry[slot] = Handler(kind=kind, func=func, schema=schema, group=slot[1])
         return func
 
     return register
 
 
-def get_handler(kind: str) -> Handler | None:
-    return _registry.get(kind)
+def get_handler(kind: str, group: str = "") -> Handler | None:
+    return _registry.get((kind, group))
+
+
+def groups_of(topic: str) -> list[str]:
+    """The subscriber groups declared for ``topic``, sorted (one copy of a message each)."""
+    return sorted(group for kind, group in _registry if kind == topic and group)
 
 
 def kind_of(func: Callable[..., Any]) -> str | None:
@@ -83,8 +103,8 @@ def kind_of(func: Callable[..., Any]) -> str | None:
     return next((h.kind for h in _registry.values() if h.func is func), None)
 
 
-def unregister(kind: str) -> None:
-    _registry.pop(kind, None)
+def unregister(kind: str, group: str = "") -> None:
+    _registry.pop((kind, group), None)
 
 
 def _names(expected: type | tuple[type, ...]) -> str:

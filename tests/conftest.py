@@ -118,6 +118,24 @@ def start_worker() -> Iterator[Callable[..., WorkerProcess]]:
             proc.proc.communicate()
 
 
+def run_forked(target: Callable[..., None], args: list[tuple], timeout: float = 120) -> list:
+    """Run ``target(*a, out)`` in one forked process per ``a`` in ``args``; return what each put
+    on ``out`` (one item per process), after checking every process exited cleanly."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    connections.close_all()  # children must open their own sessions, not share ours
+    procs = [context.Process(target=target, args=(*a, out)) for a in args]
+    for proc in procs:
+        proc.start()
+    results = [out.get(timeout=timeout) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    return results
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 30, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

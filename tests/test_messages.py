@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 from datetime import timedelta
 
@@ -13,6 +12,7 @@ import django_dbqueue
 from django_dbqueue.models import Message
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
+from tests.conftest import run_forked
 from tests.testapp.models import Ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,16 +52,7 @@ def _publish_all(keys: list[str], seed: int, out) -> None:
 @pytest.mark.skipif("connection.vendor == 'sqlite'")
 def test_processes_publishing_the_same_keys_at_once_insert_each_once() -> None:
     keys = [f"order:{i}" for i in range(300)]
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    connections.close_all()  # children must open their own sessions, not share ours
-    procs = [context.Process(target=_publish_all, args=(list(keys), seed, out)) for seed in range(4)]
-    for proc in procs:
-        proc.start()
-    created = [out.get(timeout=120) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    created = run_forked(_publish_all, [(list(keys), seed) for seed in range(4)])
     assert sum(created) == 300
     assert Message.objects.count() == 300
     assert Message.objects.values("key").distinct().count() == 300

@@ -30,8 +30,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(QueueAdminMixin, admin.ModelAdmin):
-    list_display = ("__str__", "queue", "kind", "key")
-    search_fields = ("=kind", "=key", "=queue")
+    # The group of a topic's copy and whether a caller waits for a reply (both columns of
+    # the row: no query per row); docs/messaging.md.
+    list_display = ("__str__", "queue", "kind", "group", "key", "expects_reply")
+    search_fields = ("=kind", "=key", "=queue", "=group")
 
 
 @admin.register(TaskRecord)

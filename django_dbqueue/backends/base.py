@@ -80,6 +80,11 @@ class QueueBackend:
         """Block until ``stop`` is set, setting ``wake`` whenever ``tables`` get work."""
         raise NotImplementedError(f"{self.vendor} has no notification channel")
 
+    def listen_notes(self, on_note: Callable[[str], None], stop: threading.Event) -> None:
+        """Block until ``stop`` is set, calling ``on_note`` with each notification's text
+        (``notify``'s names: a table, or ``reply:<pk>`` for a request's reply)."""
+        raise NotImplementedError(f"{self.vendor} has no notification channel")
+
     # -- sizes -----------------------------------------------------------------------------
 
     def table_row_estimate(self, table: str) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -80,8 +80,16 @@ class PostgreSQLBackend(QueueBackend):
         run_quietly("NOTIFY", send)
 
     def listen(self, tables: Iterable[str], wake: threading.Event, stop: threading.Event) -> None:
-        # A connection of its own, outside Django's per-thread handler, idle in autocommit.
         wanted = set(tables)
+
+        def on_note(note: str) -> None:
+            if note in wanted:
+                wake.set()
+
+        self.listen_notes(on_note, stop)
+
+    def listen_notes(self, on_note: Callable[[str], None], stop: threading.Event) -> None:
+        # A connection of its own, outside Django's per-thread handler, idle in autocommit.
         wrapper = connections.create_connection(self.alias)
         try:
             wrapper.ensure_connection()
@@ -90,8 +98,7 @@ class PostgreSQLBackend(QueueBackend):
             raw = wrapper.connection
             while not stop.is_set():
                 for note in raw.notifies(timeout=0.5):
-                    if note.payload in wanted:
-                        wake.set()
+                    on_note(note.payload)
                     if stop.is_set():
                         break
         finally:

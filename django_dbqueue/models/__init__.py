@@ -27,6 +27,7 @@ if apps.apps_ready and apps.is_installed("django_dbqueue"):
     from .cancel_request import CancelRequest
     from .flow import QueueKeySlot, QueuePause
     from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
+    from .reply import Reply
     from .schedule import Schedule, ScheduleFiring
     from .task_record import TaskRecord
     from .worker_process import WorkerProcess
@@ -40,6 +41,7 @@ if apps.apps_ready and apps.is_installed("django_dbqueue"):
         "QueueAttempt",
         "QueueKeySlot",
         "QueuePause",
+        "Reply",
         "Schedule",
         "ScheduleFiring",
         "TaskRecord",

@@ -25,6 +25,8 @@ from ..handlers import NAME, InvalidPayload, get_handler
 from ..payloads import check_payload
 from ..query import QueueQuerySet
 from ..states import QueueState
+from . import reply as replies
+from .messaging import MessagingMixin
 from .mixin import QueueMixin
 from .trace import QueueTraceMixin
 
@@ -64,7 +66,7 @@ class Published(NamedTuple):
     created: bool
 
 
-class MessageQuerySet(QueueQuerySet):
+class MessageQuerySet(MessagingMixin, QueueQuerySet):
     def publish(
         self,
         kind: str,
@@ -121,7 +123,9 @@ class MessageQuerySet(QueueQuerySet):
                 message.save(using=self.db, force_insert=True)
         except IntegrityError:
             existing = (
-                self.model._base_manager.using(self.db).filter(kind=message.kind, key=message.key).first()
+                self.model._base_manager.using(self.db)
+                .filter(kind=message.kind, key=message.key, group=message.group)
+                .first()
             )
             if existing is None:
                 raise  # not the (kind, key) constraint: a real error
@@ -201,13 +205,18 @@ class Message(QueueTraceMixin, QueueMixin):
     kind = models.CharField(max_length=100)
     key = models.CharField(max_length=191, null=True, blank=True)
     payload = PayloadField(null=True, blank=True)
+    #: A topic's subscriber group ("" for a plain message); a request waits for a Reply.
+    group = models.CharField(max_length=64, default="", blank=True)
+    expects_reply = models.BooleanField(default=False)
 
     # Replaces QueueMixin's QueueManager: django-stubs cannot relate two from_queryset() classes.
     objects = MessageManager()  # type: ignore[assignment, misc]
 
     class Meta(QueueMixin.Meta):
         app_label = "django_dbqueue"
-        constraints = [models.UniqueConstraint(fields=["kind", "key"], name="dbqueue_message_unique_key")]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "key", "group"], name="dbqueue_message_unique_key")
+        ]
         indexes = [
             models.Index(
                 fields=["queue_state", "-queue_priority", "queue_run_at", "queue_enqueued_at"],
@@ -225,9 +234,10 @@ class Message(QueueTraceMixin, QueueMixin):
         return f"{self.kind}{suffix} #{self.pk}"
 
     def process(self) -> None:
-        handler = get_handler(self.kind)
+        handler = get_handler(self.kind, self.group)
         if handler is None:
-            raise Discard(f"no handler is registered for message kind {self.kind!r}")
+            group = f" (subscriber group {self.group!r})" if self.group else ""
+            raise Discard(f"no handler is registered for message kind {self.kind!r}{group}")
         if isinstance(self.payload, UndecodablePayload):
             raise Discard(
                 f"the payload is not valid JSON ({self.payload.error}): {str(self.payload.raw)[:200]!r}"
@@ -239,7 +249,9 @@ class Message(QueueTraceMixin, QueueMixin):
             handler.validate(self.payload)
         except InvalidPayload as exc:
             raise Discard(f"invalid payload for {self.kind!r}: {exc}") from exc
-        handler.func(self)
+        result = handler.func(self)
+        if self.expects_reply:
+            replies.deliver(self, result)
 
 
 class ArchivedMessage(models.Model):

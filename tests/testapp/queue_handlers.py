@@ -20,3 +20,34 @@ def typed(message) -> None:
 def flaky(message) -> None:
     if message.queue_attempts < 2:
         raise ConnectionError("smtp server said 421, try again")
+
+
+# A topic with three subscriber groups (docs/messaging.md): each copy writes its group's ledger.
+def _subscriber(group: str):
+    def consume(message) -> None:
+        Ledger.objects.create(
+            kind=f"topic.{group}", job_id=message.payload["n"], attempt=message.queue_attempts
+        )
+
+    return consume
+
+
+for _group in ("audit", "billing", "shipping"):
+    handler("test.topic", group=_group)(_subscriber(_group))
+
+
+@handler("test.quote")
+def quote(message) -> dict:
+    """A request's handler: what it returns is the reply."""
+    import os
+    import time
+
+    time.sleep(message.payload.get("sleep", 0))
+    return {"n": message.payload["n"], "double": message.payload["n"] * 2, "pid": os.getpid()}
+
+
+@handler("test.refuse")
+def refuse(message) -> None:
+    from django_dbqueue.exceptions import Discard
+
+    raise Discard("quotes are closed today")

@@ -4,6 +4,7 @@ in small batches by primary key, so the hot tables stay small without long locks
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 from django.apps import apps
@@ -18,6 +19,7 @@ from django_dbqueue.models import (
     Message,
     QueueAttempt,
     QueueMixin,
+    Reply,
     ScheduleFiring,
     TaskRecord,
 )
@@ -100,6 +102,13 @@ class Command(BaseCommand):
                 done = self._purge(rows, options, archive=archive)
                 verb = "to purge" if options["dry_run"] else "archived" if archive else "deleted"
                 self.stdout.write(f"{model._meta.label}: {done} finished row(s) {verb}")
+            # Reply slots whose caller stopped waiting without removing them (it died).
+            using = options["database"] or router.db_for_write(Reply)
+            slots = Reply.objects.using(using).filter(expires_at__lt=db_now_plus(timedelta(0)))
+            done = self._purge(slots, options, archive=False)
+            self.stdout.write(
+                f"Reply: {done} expired reply slot(s) {'to purge' if options['dry_run'] else 'deleted'}"
+            )
         # A slot's ledger row only guards it while hosts may still fire it: ticks compute
         # slots from next_due onwards, so rows of past slots can go.
         ledgers: tuple[tuple[type[Model], str, str, str], ...] = (
