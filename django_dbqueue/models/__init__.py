@@ -18,6 +18,7 @@ __all__ = ["CLAIM_INDEX_FIELDS", "QUEUE_FIELDS", "QueueMixin", "QueueTraceMixin"
 if apps.apps_ready and apps.is_installed("django_dbqueue"):
     from .attempt import QueueAttempt
     from .cancel_request import CancelRequest
+    from .composition import Batch, JobDependency, JobWait
     from .flow import QueueKeySlot, QueuePause
     from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
     from .schedule import Schedule, ScheduleFiring
@@ -26,7 +27,10 @@ if apps.apps_ready and apps.is_installed("django_dbqueue"):
 
     __all__ += [
         "ArchivedMessage",
+        "Batch",
         "CancelRequest",
+        "JobDependency",
+        "JobWait",
         "Message",
         "MessageQuerySet",
         "PayloadField",

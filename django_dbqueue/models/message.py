@@ -17,7 +17,7 @@ from django.db import IntegrityError, models, transaction
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
-from .. import traces
+from .. import composition
 from ..backends import backend_for
 from ..conf import settings
 from ..exceptions import Discard
@@ -102,7 +102,7 @@ class MessageQuerySet(QueueQuerySet):
             )
             for m in messages
         ]
-        traces.stamp(self.model, rows=built)
+        composition.stamp(self.model, rows=built)
         inserted = 0
         with transaction.atomic(using=self.db, savepoint=False):
             for start in range(0, len(built), INSERT_CHUNK):
