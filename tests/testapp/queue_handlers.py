@@ -20,3 +20,12 @@ def typed(message) -> None:
 def flaky(message) -> None:
     if message.queue_attempts < 2:
         raise ConnectionError("smtp server said 421, try again")
+
+
+@handler("test.batch_callback")
+def batch_callback(message) -> None:
+    # One ledger row per delivery of a callback (attempt = the message's pk): a callback
+    # fired twice shows as two rows of its kind and batch.
+    Ledger.objects.create(
+        kind=f"batch-{message.payload['callback']}", job_id=message.payload["batch_id"], attempt=message.pk
+    )
