@@ -40,8 +40,19 @@ def test_batch_of_rows_messages_fires_success_and_complete_once() -> None:
         Job.objects.bulk_enqueue([Job(name=str(i)) for i in range(30)])
         AtomicJob.objects.create(name="one by one")
         Message.objects.publish("test.echo", {"n": 1})
-    assert b.progress() == {"total": 32, "succeeded": 0, "failed": 0, "cancelled": 0, "pending": 32, "done": False}
-    assert sorted(Batch.objects.get().member_models) == ["django_dbqueue.message", "testapp.atomicjob", "testapp.job"]
+    assert b.progress() == {
+        "total": 32,
+        "succeeded": 0,
+        "failed": 0,
+        "cancelled": 0,
+        "pending": 32,
+        "done": False,
+    }
+    assert sorted(Batch.objects.get().member_models) == [
+        "django_dbqueue.message",
+        "testapp.atomicjob",
+        "testapp.job",
+    ]
     run_queue_until_empty(Job, AtomicJob)
     assert b.progress()["succeeded"] == 31 and not b.progress()["done"]
     assert not Message.objects.filter(kind="test.batch_callback").exists()  # one member is left
@@ -53,10 +64,17 @@ def test_batch_of_rows_messages_fires_success_and_complete_once() -> None:
 
 def test_a_member_failing_for_good_fires_failure_once_and_complete_without_success() -> None:
     with batch(**CALLBACKS) as b:
-        Job.objects.bulk_enqueue([Job(name="ok"), Job(action="discard"), Job(action="discard"), Job(name="ok")])
+        Job.objects.bulk_enqueue(
+            [Job(name="ok"), Job(action="discard"), Job(action="discard"), Job(name="ok")]
+        )
     run_queue_until_empty(Job)
     assert b.progress() | {"done": None} == {
-        "total": 4, "succeeded": 2, "failed": 2, "cancelled": 0, "pending": 0, "done": None
+        "total": 4,
+        "succeeded": 2,
+        "failed": 2,
+        "cancelled": 0,
+        "pending": 0,
+        "done": None,
     }
     assert fired() == {"failure": 1, "complete": 1}
 
@@ -97,7 +115,9 @@ def test_jobs_in_no_composition_cost_no_statement_more() -> None:
     Job.objects.bulk_enqueue([Job(name=str(i)) for i in range(20)])
     with CaptureQueriesContext(connection) as queries:
         run_queue_until_empty(Job)
-    assert not [q for q in queries.captured_queries if "dbqueue_batch" in q["sql"] or "jobdependency" in q["sql"]]
+    assert not [
+        q for q in queries.captured_queries if "dbqueue_batch" in q["sql"] or "jobdependency" in q["sql"]
+    ]
 
 
 def test_lease_mode_successes_of_one_batch_cost_one_counter_update() -> None:
@@ -105,9 +125,13 @@ def test_lease_mode_successes_of_one_batch_cost_one_counter_update() -> None:
         Job.objects.bulk_enqueue([Job(name=str(i)) for i in range(50)])
     with CaptureQueriesContext(connection) as queries:
         run_queue_until_empty(Job)
-    updates = [q for q in queries.captured_queries if q["sql"].startswith("UPDATE") and "dbqueue_batch" in q["sql"]]
+    updates = [
+        q for q in queries.captured_queries if q["sql"].startswith("UPDATE") and "dbqueue_batch" in q["sql"]
+    ]
     assert b.progress()["succeeded"] == 50
-    claims = len([q for q in queries.captured_queries if "queue_state" in q["sql"] and "FOR UPDATE" in q["sql"]])
+    claims = len(
+        [q for q in queries.captured_queries if "queue_state" in q["sql"] and "FOR UPDATE" in q["sql"]]
+    )
     assert len(updates) <= max(claims, 1) + 2, [q["sql"] for q in updates]  # + the fired_at stamps
 
 
@@ -136,7 +160,7 @@ def test_chain_runs_d_once_after_b_and_c() -> None:
 
 @pytest.mark.parametrize("policy", ["cancel", "run"])
 def test_a_parent_failing_for_good_applies_the_policy(policy) -> None:
-    a, b, c, d = diamond(policy, b_action="discard")
+    _a, b, _c, d = diamond(policy, b_action="discard")
     run_queue_until_empty(Job)
     assert state(b) == QueueState.FAILED
     if policy == "cancel":
