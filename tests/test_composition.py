@@ -251,3 +251,40 @@ def test_a_running_parent_is_refused() -> None:
     with pytest.raises(InvalidDependency, match="running"):
         Job(name="B").enqueue(after=[a])
     assert nothing_written()
+
+
+# -- admin -----------------------------------------------------------------------------------------
+
+
+def test_the_batch_admin_shows_progress_and_cancels(admin_client) -> None:
+    from django.urls import reverse
+
+    with batch(description="nightly import") as b:
+        Job.objects.bulk_enqueue([Job(name=str(i)) for i in range(4)])
+    run_queue_until_empty(Job, max_jobs=1)
+    listing = admin_client.get(reverse("admin:django_dbqueue_batch_changelist"))
+    assert listing.status_code == 200
+    assert "nightly import" in listing.text and "1 / 4 finished" in listing.text
+    page = admin_client.get(reverse("admin:django_dbqueue_batch_change", args=[b.pk]))
+    assert page.status_code == 200 and "1 / 4 finished" in page.text
+    response = admin_client.post(
+        reverse("admin:django_dbqueue_batch_changelist"),
+        {"action": "cancel_batches", "_selected_action": [b.pk]},
+        follow=True,
+    )
+    assert "3 jobs cancelled." in response.text
+    assert b.progress()["cancelled"] == 3 and b.progress()["done"]
+
+
+def test_a_rows_admin_page_shows_its_batch_parents_and_dependants(admin_client) -> None:
+    from django.urls import reverse
+
+    with batch() as b:
+        a = Job.objects.create(name="A")
+    child = Job(name="B")
+    child.enqueue(after=[a])
+    parent_page = admin_client.get(reverse("admin:testapp_job_change", args=[a.pk])).text
+    assert f"batch {b.pk}" in parent_page
+    assert reverse("admin:testapp_job_change", args=[child.pk]) in parent_page  # a dependant
+    child_page = admin_client.get(reverse("admin:testapp_job_change", args=[child.pk])).text
+    assert f"testapp.job {a.pk}" in child_page  # runs after A
