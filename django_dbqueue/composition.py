@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.db import models, transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils.module_loading import import_string
 
 from . import traces
 from .backends import DbNow, backend_for
-from .states import QueueState
+from .states import TERMINAL_STATES, QueueState
 
 if TYPE_CHECKING:
     from .models import QueueMixin
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 #: The columns a row's outcome needs loaded to know whether it is in a composition.
 FIELDS = ("queue_batch", "queue_dependants")
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+_LEAVE_IF_FINISHED = Case(
+    When(queue_state__in=sorted(TERMINAL_STATES), then=Value(None)),
+    default=F("queue_batch"),
+    output_field=models.BigIntegerField(),
+)
 
 
 @dataclass
@@ -75,7 +80,12 @@ def stamp(
     traces.stamp(model, values, rows)
     opened = _open.get()
     if values is not None:
-        values["queue_batch"] = opened.pk if opened else None
+        # A finished row leaves its batch; a waiting or queued one stays in it. First in the
+        # SET list: MySQL evaluates assignments left to right, and the CASE reads the old state.
+        rest = dict(values)
+        values.clear()
+        values["queue_batch"] = opened.pk if opened else _LEAVE_IF_FINISHED
+        values.update(rest)
     if opened is not None:
         opened.models.add(model)
         for row in rows or ():

@@ -82,7 +82,7 @@ def test_a_member_failing_for_good_fires_failure_once_and_complete_without_succe
 def test_an_empty_batch_completes_at_once() -> None:
     with batch(**CALLBACKS) as b:
         pass
-    assert b.total == 0
+    assert b.total == 0 and b.progress()["done"]
     assert fired() == {"success": 1, "complete": 1}
 
 
@@ -288,3 +288,14 @@ def test_a_rows_admin_page_shows_its_batch_parents_and_dependants(admin_client) 
     assert reverse("admin:testapp_job_change", args=[child.pk]) in parent_page  # a dependant
     child_page = admin_client.get(reverse("admin:testapp_job_change", args=[child.pk])).text
     assert f"testapp.job {a.pk}" in child_page  # runs after A
+
+
+def test_requeueing_leaves_a_finished_members_batch_and_keeps_a_waiting_ones() -> None:
+    with batch() as b:
+        done, waiting = Job.objects.create(name="done"), Job.objects.create(name="waits")
+    Job.objects.filter(pk=waiting.pk).update(queue_state=QueueState.IDLE)
+    run_queue_until_empty(Job)
+    assert Job.objects.filter(pk__in=[done.pk, waiting.pk]).enqueue() == 2
+    done.refresh_from_db()
+    waiting.refresh_from_db()
+    assert done.queue_batch is None and waiting.queue_batch == b.pk

@@ -52,7 +52,7 @@ class Batch(models.Model):
             "failed": self.failed,
             "cancelled": self.cancelled,
             "pending": max(self.total - self.finished, 0),
-            "done": self.total > 0 and self.finished >= self.total,
+            "done": self.finished >= self.total,
         }
 
     def cancel(self) -> int:
