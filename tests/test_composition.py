@@ -299,3 +299,13 @@ def test_requeueing_leaves_a_finished_members_batch_and_keeps_a_waiting_ones() -
     done.refresh_from_db()
     waiting.refresh_from_db()
     assert done.queue_batch is None and waiting.queue_batch == b.pk
+
+
+def test_a_message_published_after_a_row_waits_for_it() -> None:
+    a = Job.objects.create(name="A")
+    published = Message.objects.publish("test.echo", {"n": 2}, after=[a])
+    assert state(published.message) == QueueState.IDLE
+    run_queue_until_empty(Job)
+    assert state(published.message) == QueueState.READY
+    run_queue_until_empty(Message)
+    assert state(published.message) == QueueState.SUCCEEDED
