@@ -309,3 +309,18 @@ def test_a_message_published_after_a_row_waits_for_it() -> None:
     assert state(published.message) == QueueState.READY
     run_queue_until_empty(Message)
     assert state(published.message) == QueueState.SUCCEEDED
+
+
+def test_a_member_the_rescue_ends_failed_is_counted_and_fires_failure() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    with batch(**CALLBACKS) as b:
+        Job.objects.create(name="dies on its last attempt")
+    Job.objects.claim()
+    Job.objects.update(queue_attempts=3, queue_locked_until=timezone.now() - timedelta(seconds=5))
+    assert Job.objects.rescue_expired() == 1
+    assert Job.objects.get().queue_state == QueueState.FAILED
+    assert b.progress()["failed"] == 1
+    assert fired() == {"failure": 1, "complete": 1}
