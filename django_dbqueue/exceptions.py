@@ -59,6 +59,21 @@ class NotRunning(QueueError):
     ``cancel()``; a finished one has nothing left to cancel). Nothing was written."""
 
 
+class InvalidDependency(QueueError, ValueError):
+    """A dependency that cannot be: a parent that does not exist (or is running), a job
+    that already waits, a bad policy. Nothing was written (docs/composition.md)."""
+
+
+class DependencyCycle(InvalidDependency):
+    """The dependency would close a cycle (the job is an ancestor of a parent). Nothing was
+    written."""
+
+
+class InvalidCallback(QueueError, TypeError):
+    """A batch callback that is not a job: a ``batches.message()``, a task or a queue row.
+    Nothing was written."""
+
+
 def describe_error(error: BaseException | str) -> str:
     """The text kept in ``queue_last_error``: the full traceback of an exception."""
     if isinstance(error, BaseException):

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import F
 from django.dispatch import Signal
 
-from . import cancellation, claims, signals
+from . import cancellation, claims, composition, signals
 from .backends import retry_on_lock_conflicts
 from .claims import fenced, rows_of
 from .exceptions import JobCancelled, LeaseLost, describe_error
@@ -38,6 +38,7 @@ logger = logging.getLogger("django_dbqueue.outcomes")
 
 #: What a claim's outcome clears of the claim on the row.
 _UNCLAIMED = {"queue_token": None, "queue_locked_by": None, "queue_locked_until": None}
+_ENDED_FIELDS = (*ATTEMPT_FIELDS, *composition.FIELDS)  # its attempt row; in a composition?
 
 
 def _rejected(row: QueueMixin, what: str, claim: Claim) -> None:
@@ -101,6 +102,7 @@ def succeed(model: type[QueueMixin], rows: Sequence[QueueMixin], claim: Claim) -
                     .values_list("pk", flat=True)
                 )
             copy_attempts(model, claim.using, ids, -claim.token, AttemptOutcome.SUCCEEDED, finished_at)
+            composition.succeeded(model, claim.using, rows, written)  # batches, dependants
         return written
 
     written = retry_on_lock_conflicts(claim.using, write, "success")
@@ -161,6 +163,7 @@ def fail(row: QueueMixin, claim: Claim, error: BaseException | str, alone: bool 
             count = fenced(model, [row.pk], claim).update(**values)
             if count:
                 write_attempts(model, claim.using, [attempt_for(row, outcome, now, text)])
+                composition.finished(model, claim.using, failed=[row] if retry_at is None else [])
         return count
 
     if not retry_on_lock_conflicts(claim.using, write, "failure"):
@@ -213,7 +216,10 @@ def _end(model: type[QueueMixin], pk: Any, claim: Claim, state: QueueState, reas
 def fail_by_key(model: type[QueueMixin], pk: Any, claim: Claim, reason: str) -> bool:
     """End a claimed row that cannot even be loaded (its data cannot become an instance)
     FAILED with ``reason``; no retry can help it. True if the claim still held it."""
-    return _end(model, pk, claim, QueueState.FAILED, reason)
+    with transaction.atomic(using=claim.using, savepoint=False):
+        if ended := _end(model, pk, claim, QueueState.FAILED, reason):
+            composition.finished_keys(model, claim.using, [pk], composition.FAILED)
+    return ended
 
 
 # -- giving back, holding on ---------------------------------------------------------------------
@@ -254,7 +260,7 @@ def end_cancelled(model: type[QueueMixin], rows: Sequence[Any], claim: Claim, wh
         with transaction.atomic(using=claim.using, savepoint=False):
             # Locked first (SQLite: the transaction holds the only write lock), so the rows
             # read are the rows written, even racing the worker's own write of an outcome.
-            held = list(fenced(model, ids, claim).select_for_update().only(*ATTEMPT_FIELDS))
+            held = list(fenced(model, ids, claim).select_for_update().only(*_ENDED_FIELDS))
             if not held:
                 return set()
             fenced(model, [row.pk for row in held], claim).update(
@@ -265,6 +271,7 @@ def end_cancelled(model: type[QueueMixin], rows: Sequence[Any], claim: Claim, wh
                 queue_locked_until=None,
             )
             cancellation.forget(model, claim.using, [row.pk for row in held])
+            composition.finished(model, claim.using, cancelled=held)
             attempts = (attempt_for(row, AttemptOutcome.CANCELLED, now, why) for row in held)
             write_attempts(model, claim.using, attempts)
         return {row.pk for row in held}

@@ -23,7 +23,7 @@ from django.db import DatabaseError, models, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from . import cancellation, limits, outcomes, pauses, rescue, traces, unique
+from . import cancellation, composition, limits, outcomes, pauses, rescue, unique
 from .backends import DbNow, aware, backend_for, db_now_plus, retry_on_lock_conflicts
 from .exceptions import describe_error
 from .leases import Claim, as_timedelta, default_worker_id, new_token, run_alone_apart
@@ -210,7 +210,7 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
                 )
             instance.queue_state = QueueState.READY
             instances.append(instance)
-        traces.stamp(self.model, rows=instances)
+        composition.stamp(self.model, rows=instances)
         if unique.keyed(self.model, on_duplicate):  # checks the policy: a bad one writes nothing
             return self._notified(unique.bulk_enqueue_each(self, instances, on_duplicate))
         with transaction.atomic(using=self.db, savepoint=False):
@@ -233,7 +233,7 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
         }
         if priority is not None:
             values["queue_priority"] = check_priority(priority)
-        traces.stamp(self.model, values)
+        composition.stamp(self.model, values)
         return self._notified(self.not_running().update(**values))
 
     def _notified(self, count: int) -> int:
@@ -261,8 +261,7 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
     def retry_now(self) -> int:
         """READY rows (waiting for a retry or a date) and FAILED rows become due now. A FAILED
         row starts over with a fresh attempt budget; a READY row keeps its count."""
-        # queue_attempts comes first: MySQL evaluates SET assignments left to right, so a
-        # CASE placed after `queue_state = 'ready'` would see the new state.
+        # CASEs first (MySQL evaluates SET left to right); a FAILED row leaves its batch.
         return self._notified(
             self.retryable().update(
                 queue_attempts=Case(
@@ -270,6 +269,7 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
                     default=F("queue_attempts"),
                     output_field=models.PositiveIntegerField(),
                 ),
+                queue_batch=Case(When(queue_state=QueueState.FAILED, then=None), default=F("queue_batch")),
                 queue_state=QueueState.READY,
                 queue_run_at=DbNow(),
                 queue_finished_at=None,
@@ -289,7 +289,7 @@ class QueueQuerySetMixin(cancellation.CancelRunningMixin, _QuerySetBase):
 
     def cancel(self) -> int:
         """Cancel READY (and IDLE) rows; running and finished rows are left as they are."""
-        return self.cancellable().update(queue_state=QueueState.CANCELLED, queue_finished_at=DbNow())
+        return composition.cancel_rows(self.cancellable())
 
     # -- recovery ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from . import cancellation, signals
+from . import cancellation, composition, signals
 from .backends import DbNow, aware, retry_on_lock_conflicts
 from .conf import settings
 from .history import ATTEMPT_FIELDS, AttemptOutcome, attempt_for, write_attempts
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_dbqueue.rescue")
 
 #: What the rescue reads of an expired row: enough for its attempt row and its retry policy.
-RESCUE_FIELDS = (*ATTEMPT_FIELDS, "queue_token")
+RESCUE_FIELDS = (*ATTEMPT_FIELDS, "queue_token", *composition.FIELDS)
 
 
 SPARED = (
@@ -96,6 +96,12 @@ def _rescue(model: type[QueueMixin], using: str, limit: int) -> int:
                 queue_locked_by=None,
                 queue_locked_until=None,
             )
+        composition.finished(
+            model,
+            using,
+            failed=[r for r in expired if r.pk in dead],
+            cancelled=[r for r in expired if r.pk in asked],
+        )
         now = aware(expired[0].dbqueue_now)
         write_attempts(
             model,

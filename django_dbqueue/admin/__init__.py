@@ -26,4 +26,4 @@ __all__ = [
 ]
 
 if apps.is_installed("django_dbqueue"):  # else there are no such tables (check E000 says why)
-    from . import schedules, site  # noqa: F401 - register the package's own models
+    from . import batches, schedules, site  # noqa: F401 - register the package's own models

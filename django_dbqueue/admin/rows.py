@@ -26,6 +26,7 @@ from ..history import attempt_model, history_enabled
 from ..models import QUEUE_FIELDS
 from ..states import QueueState
 from .base import QueueAdminBase
+from .composition import composition_html
 from .display import error_summary, traceback_html, when
 from .forms import RescheduleForm
 
@@ -37,6 +38,8 @@ TIMES = {
     "queue_enqueued_at": "dbqueue_enqueued_at",
     "queue_finished_at": "dbqueue_finished_at",
 }
+#: Shown together as links (dbqueue_composition), not as raw columns.
+HIDDEN = ("queue_batch", "queue_dependants")
 #: Meaningful only while a worker (or a person) holds the row.
 CLAIM_FIELDS = ("queue_locked_by", "dbqueue_locked_until")
 #: Row buttons: name -> (label, states the operation changes).
@@ -70,22 +73,31 @@ class RowAdminMixin(QueueAdminBase):
     dbqueue_finished_at = _time("queue_finished_at", _("finished at"))
 
     def dbqueue_queue_fields(self, obj: Any) -> list[str]:
-        fields = [TIMES.get(f, f) for f in QUEUE_FIELDS if f not in ("queue_last_error", "queue_token")]
+        fields = [
+            TIMES.get(f, f) for f in QUEUE_FIELDS if f not in (*HIDDEN, "queue_last_error", "queue_token")
+        ]
         if obj is None or obj.queue_state != QueueState.RUNNING:
             fields = [f for f in fields if f not in CLAIM_FIELDS]
-        return [*fields, "dbqueue_last_error", *(["dbqueue_history"] if obj is not None else [])]
+        shown = [*fields, "dbqueue_composition", "dbqueue_last_error"]
+        return [*shown, *(["dbqueue_history"] if obj is not None else [])]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         own = list(super().get_readonly_fields(request, obj))
         queue = [f for f in QUEUE_FIELDS if f != "queue_last_error"]
-        queue += [*TIMES.values(), "dbqueue_last_error", "dbqueue_history"]
+        queue += [*TIMES.values(), "dbqueue_last_error", "dbqueue_history", "dbqueue_composition"]
         return [*own, *(f for f in queue if f not in own)]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         fieldsets = list(super().get_fieldsets(request, obj))
         if not self.dbqueue_fieldset:
             return fieldsets
-        queue = {*QUEUE_FIELDS, *TIMES.values(), "dbqueue_last_error", "dbqueue_history"}
+        queue = {
+            *QUEUE_FIELDS,
+            *TIMES.values(),
+            "dbqueue_last_error",
+            "dbqueue_history",
+            "dbqueue_composition",
+        }
         shown: set[str] = set()
         cleaned = []
         for name, options in fieldsets:
@@ -96,6 +108,10 @@ class RowAdminMixin(QueueAdminBase):
         if self.fieldsets is not None and shown & queue:
             return fieldsets  # the model admin placed the queue fields itself
         return [*cleaned, (_("Queue"), {"fields": self.dbqueue_queue_fields(obj)})]
+
+    @admin.display(description=_("batch and dependencies"))
+    def dbqueue_composition(self, obj: Any) -> str:
+        return composition_html(obj)
 
     @admin.display(description=_("last error"))
     def dbqueue_last_error(self, obj: Any) -> str:

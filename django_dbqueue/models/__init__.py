@@ -25,6 +25,7 @@ __all__ = [
 if apps.apps_ready and apps.is_installed("django_dbqueue"):
     from .attempt import QueueAttempt
     from .cancel_request import CancelRequest
+    from .composition import Batch, JobDependency, JobWait
     from .flow import QueueKeySlot, QueuePause
     from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
     from .reply import Reply
@@ -34,7 +35,10 @@ if apps.apps_ready and apps.is_installed("django_dbqueue"):
 
     __all__ += [
         "ArchivedMessage",
+        "Batch",
         "CancelRequest",
+        "JobDependency",
+        "JobWait",
         "Message",
         "MessageQuerySet",
         "PayloadField",

@@ -17,7 +17,7 @@ from django.db import IntegrityError, models, transaction
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
-from .. import traces
+from .. import chains, composition
 from ..backends import backend_for
 from ..conf import settings
 from ..exceptions import Discard
@@ -77,14 +77,21 @@ class MessageQuerySet(MessagingMixin, QueueQuerySet):
         priority: int = 0,
         queue: str = "default",
         on_commit: bool = False,
+        after: Iterable[Any] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> Published | None:
         """Queue a message. With a ``key``, a message of the same kind and key that exists
         already (in any state) wins: nothing is inserted and ``created`` is False.
 
         With ``on_commit=True`` the message is published after the caller's transaction
-        commits (and never if it rolls back); the call then returns None.
+        commits (and never if it rolls back); the call then returns None. With ``after`` (queue
+        rows), the message waits until they succeeded (``on_parent_failure``: "cancel"/"run").
         """
         message = self._build(kind, payload, key, run_at, priority, queue)
+        if after is not None:  # waits IDLE for its parents (docs/composition.md)
+            message._state.db = self.db
+            chains.enqueue_after(message, after, on_parent_failure)
+            return Published(message, True)
         if on_commit:
             transaction.on_commit(lambda: self._insert_one(message), using=self.db)
             return None
@@ -104,7 +111,7 @@ class MessageQuerySet(MessagingMixin, QueueQuerySet):
             )
             for m in messages
         ]
-        traces.stamp(self.model, rows=built)
+        composition.stamp(self.model, rows=built)
         inserted = 0
         with transaction.atomic(using=self.db, savepoint=False):
             for start in range(0, len(built), INSERT_CHUNK):

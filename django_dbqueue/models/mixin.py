@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -10,7 +11,7 @@ from django.core import checks
 from django.db import models, router
 from django.utils import timezone
 
-from .. import cancellation, outcomes, unique
+from .. import cancellation, chains, outcomes, unique
 from ..conf import settings
 from ..exceptions import Discard, LeaseLost
 from ..leases import Claim, as_timedelta
@@ -31,6 +32,8 @@ QUEUE_FIELDS = (
     "queue_token",
     "queue_enqueued_at",
     "queue_finished_at",
+    "queue_batch",
+    "queue_dependants",
 )
 
 #: The index the claim needs: its WHERE and ORDER BY, state first so finished rows are
@@ -83,6 +86,9 @@ class QueueMixin(models.Model):
     queue_token = models.BigIntegerField("claim token", null=True, blank=True, editable=False)
     queue_enqueued_at = models.DateTimeField("enqueued at", default=timezone.now)
     queue_finished_at = models.DateTimeField("finished at", null=True, blank=True)
+    # Composition (docs/composition.md): on the row, so a job in none costs no statement.
+    queue_batch = models.BigIntegerField("batch", null=True, blank=True, db_index=True)
+    queue_dependants = models.BooleanField("has dependants", default=False, db_default=False)
 
     objects = QueueManager()
 
@@ -147,13 +153,23 @@ class QueueMixin(models.Model):
         run_at: datetime | timedelta | None = None,
         priority: int | None = None,
         on_duplicate: str | None = None,
+        after: Iterable[QueueMixin] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> bool:
         """Queue this row again (READY, attempts cleared), or insert it READY if it is new.
 
         False if a worker is running it, or if the model has a unique key (see unique.py) that
         an active row holds: ``on_duplicate`` (default ``queue_unique``) then says what
         happens: "ignore", "replace" (the active READY row takes this run time and priority)
-        or "raise" (:class:`~django_dbqueue.exceptions.DuplicateJob`)."""
+        or "raise" (:class:`~django_dbqueue.exceptions.DuplicateJob`).
+
+        With ``after`` (queue rows), the row waits IDLE until they all succeeded, then runs;
+        ``on_parent_failure`` says what a parent that fails for good does to it: "cancel" it,
+        or "run" it anyway (docs/composition.md). Returns whether it is READY now."""
+        if after is not None:
+            if run_at is not None or priority is not None or on_duplicate is not None:
+                raise ValueError("enqueue(after=...) takes no run_at, priority or on_duplicate")
+            return chains.enqueue_after(self, after, on_parent_failure)
         qs = self.queue_queryset(self._state.db or router.db_for_write(type(self)))
         if self._state.adding:
             if run_at is not None:

@@ -51,3 +51,12 @@ def refuse(message) -> None:
     from django_dbqueue.exceptions import Discard
 
     raise Discard("quotes are closed today")
+
+
+@handler("test.batch_callback")
+def batch_callback(message) -> None:
+    # One ledger row per delivery of a callback (attempt = the message's pk): a callback
+    # fired twice shows as two rows of its kind and batch.
+    Ledger.objects.create(
+        kind=f"batch-{message.payload['callback']}", job_id=message.payload["batch_id"], attempt=message.pk
+    )

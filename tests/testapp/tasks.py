@@ -42,3 +42,9 @@ PEEKS: list[Callable[[Any], None]] = []
 def peek(context) -> None:
     for look in PEEKS:
         look(context)
+
+
+@task
+def batch_done(batch_id: int, callback: str) -> str:
+    """A batch callback (test_composition): called with the batch and which callback fired."""
+    return f"{callback} {batch_id}"
