@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_dbqueue.models import ArchivedMessage, Message, QueueAttempt
+from django_dbqueue.models import ArchivedMessage, Batch, JobDependency, JobWait, Message, QueueAttempt
 from django_dbqueue.states import QueueState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,3 +82,20 @@ def test_purges_old_attempt_history() -> None:
 def test_bad_arguments(args, message) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("purgequeue", *args)
+
+
+def test_purge_deletes_completed_batches_and_promoted_waits_only() -> None:
+    long_ago, lately = timezone.now() - timedelta(days=40), timezone.now() - timedelta(days=1)
+    old_done = Batch.objects.create(total=1, succeeded=1, complete_fired_at=long_ago)
+    new_done = Batch.objects.create(total=1, succeeded=1, complete_fired_at=lately)
+    running = Batch.objects.create(total=2, succeeded=1, created_at=long_ago)
+    old_wait = JobWait.objects.create(model="testapp.Job", object_pk="1", promoted_at=long_ago)
+    JobDependency.objects.create(wait=old_wait, parent_model="testapp.Job", parent_pk="2", settled=True)
+    waiting = JobWait.objects.create(model="testapp.Job", object_pk="3", pending=1, created_at=long_ago)
+    JobDependency.objects.create(wait=waiting, parent_model="testapp.Job", parent_pk="4")
+
+    call_command("purgequeue", "--composition-older-than", "30d", "--pause", "0", verbosity=0)
+
+    assert set(Batch.objects.values_list("pk", flat=True)) == {new_done.pk, running.pk} != {old_done.pk}
+    assert list(JobWait.objects.values_list("pk", flat=True)) == [waiting.pk]
+    assert list(JobDependency.objects.values_list("wait_id", flat=True)) == [waiting.pk]

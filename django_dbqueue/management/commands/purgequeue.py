@@ -16,6 +16,8 @@ from django_dbqueue.backends import db_now_plus
 from django_dbqueue.management.arguments import duration, pause_seconds, whole_number
 from django_dbqueue.models import (
     ArchivedMessage,
+    Batch,
+    JobWait,
     Message,
     QueueAttempt,
     QueueMixin,
@@ -28,6 +30,8 @@ from django_dbqueue.states import QueueState
 #: Models whose rows belong to the queue itself. Domain rows (an Order) are never deleted.
 OWNED = (Message, TaskRecord)
 batch_size = whole_number(1, 100_000)
+#: The options that say what to purge, by age.
+AGES = ("older_than", "attempts_older_than", "firings_older_than", "composition_older_than")
 
 
 class Command(BaseCommand):
@@ -71,6 +75,13 @@ class Command(BaseCommand):
             default=None,
             help="Delete the schedules' ledger rows (ScheduleFiring) fired longer ago than this.",
         )
+        parser.add_argument(
+            "--composition-older-than",
+            type=duration,
+            default=None,
+            help="Delete batches that completed, and the waits (with their edges) of jobs promoted, "
+            "longer ago than this.",
+        )
         parser.add_argument("--batch-size", type=batch_size, default=1000)
         parser.add_argument(
             "--pause",
@@ -82,10 +93,9 @@ class Command(BaseCommand):
         parser.add_argument("--database", default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if all(options[name] is None for name in ("older_than", "attempts_older_than", "firings_older_than")):
-            raise CommandError(
-                "Nothing to do: give --older-than, --attempts-older-than and/or --firings-older-than."
-            )
+        if all(options[name] is None for name in AGES):
+            wanted = " and/or ".join("--" + name.replace("_", "-") for name in AGES)
+            raise CommandError(f"Nothing to do: give {wanted}.")
         if options["database"] and options["database"] not in connections:
             raise CommandError(f"Unknown database alias {options['database']!r}.")
         models = self._models(options["models"])
@@ -114,6 +124,10 @@ class Command(BaseCommand):
         ledgers: tuple[tuple[type[Model], str, str, str], ...] = (
             (QueueAttempt, "finished_at", "attempts_older_than", "attempt"),
             (ScheduleFiring, "fired_at", "firings_older_than", "firing"),
+            # A completed batch's counters and a promoted job's wait are read by nothing more:
+            # an outcome of a member whose batch is gone changes nothing (composition._count).
+            (Batch, "complete_fired_at", "composition_older_than", "completed batch"),
+            (JobWait, "promoted_at", "composition_older_than", "promoted job's wait"),
         )
         for table, field, option, noun in ledgers:
             if options[option] is not None:
