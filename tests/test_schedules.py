@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import django
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
@@ -191,7 +192,11 @@ def test_the_decorator_declares_a_handler_schedule() -> None:
         ({"message": "test.echo", "every": 60, "cron": "* * * * *"}, "exactly one of cron"),
         ({"message": "test.echo", "cron": "* * * * *", "timezone": "Mars/Olympus"}, "unknown time zone"),
         ({"message": "no.such.kind", "every": 60}, "no handler is registered"),
-        ({"task": "tests.testapp.tasks.nope", "every": 60}, "cannot be imported"),
+        # Django 5.2 has no django.tasks: every task target is refused for that first.
+        (
+            {"task": "tests.testapp.tasks.nope", "every": 60},
+            "cannot be imported" if django.VERSION >= (6, 0) else "needs Django 6.0",
+        ),
         ({"model": "testapp.Nope", "every": 60}, "unknown model"),
         ({"model": "testapp.Ledger", "every": 60}, "not a concrete QueueMixin model"),
         ({"message": "test.echo", "every": 60, "catch_up": "sometimes"}, "catch_up must be one of"),
