@@ -255,6 +255,8 @@ def enqueue_messages(
         sf.col(f"`{key_column}`").cast("string").alias("key"),
         (payload if payload is not None else sf.lit(None).cast("string")).alias("payload"),
         sf.lit(queue).alias("queue"),
+        # Plain messages, not a topic's copies: the de-duplication key is (kind, key, group).
+        sf.lit("").alias("group"),
     )
     if payload is not None:
         (largest,) = messages.agg(sf.max(sf.octet_length("payload"))).first() or (None,)
@@ -266,7 +268,7 @@ def enqueue_messages(
     return enqueue_dataframe(
         messages,
         Message,
-        key_columns=["kind", "key"],
+        key_columns=["kind", "key", "group"],
         priority=priority,
         run_at=run_at,
         batch_size=batch_size,
