@@ -170,12 +170,18 @@ def test_a_parent_failing_for_good_applies_the_policy(policy) -> None:
         assert state(d) == QueueState.SUCCEEDED
 
 
-def test_cancelling_a_parent_cascades_to_its_waiting_dependants() -> None:
+def waiting_chain() -> tuple[Job, Job, Job]:
+    """A (idle) -> B -> C: B and C wait."""
     a = Job.objects.create(name="A", queue_state=QueueState.IDLE)
     b = Job(name="B")
     b.enqueue(after=[a])
     c = Job(name="C")
     c.enqueue(after=[b])
+    return a, b, c
+
+
+def test_cancelling_a_parent_cascades_to_its_waiting_dependants() -> None:
+    a, b, c = waiting_chain()
     assert Job.objects.filter(pk=a.pk).cancel() == 1
     assert [state(r) for r in (b, c)] == [QueueState.CANCELLED, QueueState.CANCELLED]
 
@@ -224,11 +230,7 @@ def test_an_unsaved_parent_a_bad_policy_and_no_parents_are_refused() -> None:
 
 
 def test_a_cycle_is_refused() -> None:
-    a = Job.objects.create(name="A", queue_state=QueueState.IDLE)
-    b = Job(name="B")
-    b.enqueue(after=[a])
-    c = Job(name="C")
-    c.enqueue(after=[b])
+    a, _, c = waiting_chain()
     with pytest.raises(DependencyCycle):
         a.enqueue(after=[c])
     with pytest.raises(DependencyCycle):
