@@ -59,6 +59,10 @@ class WorkerProcess:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
+    def children(self) -> list[int]:
+        """The pids of the worker processes the supervisor has started so far."""
+        return _children(self.proc.pid)
+
     def kill_all(self) -> None:
         """SIGKILL the supervisor and every worker process it started (no clean-up runs)."""
         for pid in [*_children(self.proc.pid), self.proc.pid]:

@@ -29,7 +29,8 @@ _default = DATABASES["default"]
 if _default["ENGINE"].endswith("sqlite3"):
     # A file, not :memory:, so that worker subprocesses see the same database; IMMEDIATE
     # transactions take the write lock up front (SQLite has no SKIP LOCKED).
-    _default.setdefault("TEST", {})["NAME"] = str(BASE_DIR / "test_dbqueue.sqlite3")
+    # Named after the database's own file, so suites of several DATABASE_URLs run side by side.
+    _default.setdefault("TEST", {})["NAME"] = str(BASE_DIR / f"test_{Path(_default['NAME']).name}")
     _default["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
 elif _default["ENGINE"].endswith("mysql"):
     _default["OPTIONS"] = {"charset": "utf8mb4"}

@@ -122,7 +122,9 @@ def test_a_sigkilled_workers_key_frees_after_its_lease(start_worker) -> None:
     LimitedJob.objects.bulk_create([LimitedJob(customer="k", sleep=60) for _ in range(2)])
     LimitedJob.objects.bulk_create([LimitedJob(customer="k") for _ in range(3)])
     LimitedJob.objects.bulk_create([LimitedJob(customer="other") for _ in range(3)])
-    first = start_worker("testapp.LimitedJob", "--concurrency", "2", "--batch-size", "1", "--lease", "3")
+    # The lease outlasts the second worker's start-up even on a loaded machine, so the other
+    # key's rows are done while this key is still full.
+    first = start_worker("testapp.LimitedJob", "--concurrency", "2", "--batch-size", "1", "--lease", "8")
     assert wait_until(
         lambda: LimitedJob.objects.filter(customer="k", sleep=60, queue_state="running").count() == 2
     )

@@ -339,7 +339,9 @@ def test_runqueue_warns_when_its_fleet_would_take_most_free_sessions(start_worke
     assert sessions_needed(crowd, "default", burst=True) == 2 * crowd + 1
     assert f"--concurrency {crowd}" in (room_warning(crowd, "default", burst=True) or "")
     worker = start_worker("testapp.Job", "--concurrency", str(crowd), "--burst", "--no-progress")
-    time.sleep(1)  # the warning comes before any worker starts
+    # The warning comes before any worker starts: once the supervisor has children, it is out
+    # (a fixed sleep was too short on a loaded machine, where Django's start-up alone took longer).
+    assert wait_until(lambda: bool(worker.children()), timeout=60)
     worker.kill_all()
     out, _ = worker.proc.communicate(timeout=30)
     assert "Warning: runqueue --concurrency" in out and "max_connections" in out
