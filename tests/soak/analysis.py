@@ -43,6 +43,8 @@ def rss_summary(samples: Sequence[tuple[float, int]], warmup: float) -> dict[str
     first = samples[0][0]
     steady = [(t / 60, kb) for t, kb in samples if t >= 0 and t - first >= warmup]
     fitted = slope(steady)
+    # The second half alone: a leak keeps its slope, a warm-up that levels off loses it.
+    late = slope(steady[len(steady) // 2 :])
     return {
         "from_min": round(first / 60, 2),
         "minutes": round((samples[-1][0] - first) / 60, 2),
@@ -52,6 +54,7 @@ def rss_summary(samples: Sequence[tuple[float, int]], warmup: float) -> dict[str
         "max_kb": max(kb for _, kb in samples),
         "slope_kb_per_min": None if fitted is None else round(fitted, 2),
         "fitted_minutes": round((steady[-1][0] - steady[0][0]), 2) if len(steady) > 1 else 0,
+        "late_slope_kb_per_min": None if late is None else round(late, 2),
     }
 
 

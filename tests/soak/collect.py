@@ -5,6 +5,7 @@ capacity, and at the end every published item's fate for :func:`analysis.account
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -78,7 +79,8 @@ class Collector:
 
         try:
             if at is not None:
-                self.backlog.append({"at_s": round(at, 1), **self.counts()})
+                load = round(os.getloadavg()[0], 2)  # the machine's: other work slows claims too
+                self.backlog.append({"at_s": round(at, 1), **self.counts(), "load1": load})
             rows = QueueAttempt.objects.filter(pk__gt=max(self.last_id - OVERLAP, 0)).values_list(
                 "pk", "claimed_at", "due_at", "outcome"
             )

@@ -61,6 +61,10 @@ def problems(results: dict[str, Any]) -> list[str]:
     return found
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def window_line(w: dict[str, Any]) -> str:
     return f"  {w['from_min']:>8} {w['claims']:>8} {w['p50_ms']:>8} {w['p95_ms']:>8} {w['max_ms']:>9}"
 
@@ -89,13 +93,21 @@ def table(results: dict[str, Any]) -> str:
     lines.append("RSS per process (KB; slope over the soak after each process's warm-up)")
     lines.append(
         f"  {'pid':>8} {'role':<10} {'fate':<15} {'from min':>8} {'minutes':>7} {'first':>8} "
-        f"{'last':>8} {'max':>8} {'KB/min':>8}"
+        f"{'last':>8} {'max':>8} {'KB/min':>8} {'2nd half':>8}"
     )
     for s in results["rss_series"]:
-        slope = "-" if s["slope_kb_per_min"] is None else f"{s['slope_kb_per_min']:.1f}"
         lines.append(
             f"  {s['pid']:>8} {s['role']:<10} {s['fate']:<15} {s['from_min']:>8} {s['minutes']:>7} "
-            f"{s['first_kb']:>8} {s['last_kb']:>8} {s['max_kb']:>8} {slope:>8}"
+            f"{s['first_kb']:>8} {s['last_kb']:>8} {s['max_kb']:>8} {_num(s['slope_kb_per_min']):>8} "
+            f"{_num(s.get('late_slope_kb_per_min')):>8}"
+        )
+    killed = [s for s in results["rss_series"] if s["fate"] == "SIGKILLed"]
+    if killed:
+        deaths = sorted(s["last_kb"] for s in killed)
+        lines.append(
+            f"  {len(killed)} SIGKILLed workers: RSS at their last sample {deaths[0]}..{deaths[-1]} KB "
+            f"(median {deaths[len(deaths) // 2]}), born from minute {killed[0]['from_min']} "
+            f"to {killed[-1]['from_min']}"
         )
     latency = results["latency"]
     lines.append("Claim latency (due -> claimed, database clock) per 5 minutes")
@@ -110,7 +122,10 @@ def table(results: dict[str, Any]) -> str:
     lines.append("Backlog (due READY / RUNNING / rows in the message and task tables), every ~minute")
     step = max(1, round(60 / results["config"]["sample_every"]))
     for b in results["backlog"][::step]:
-        lines.append(f"  {b['at_s']:>7} s  {b['ready_due']:>6} {b['running']:>5} {b['table_rows']:>8}")
+        load = b.get("load1", "")
+        lines.append(
+            f"  {b['at_s']:>7} s  {b['ready_due']:>6} {b['running']:>5} {b['table_rows']:>8}  load {load}"
+        )
     lines.append("Purges (s after start: seconds taken, rows deleted)")
     for p in results["purges"]:
         lines.append(f"  {p['at_s']:>7} s: {p['seconds']} s, {p['deleted']}")
