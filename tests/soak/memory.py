@@ -5,7 +5,8 @@ One ``Worker`` (the same class ``runqueue`` forks) runs in a thread of this proc
 items round after round. After each round has drained, a ``gc.collect()`` and a tracemalloc
 snapshot: the RSS and the traced Python heap per round, and the code lines whose allocations grew
 between the second round (after warm-up) and the last. A leak in Python objects shows there; RSS
-that grows while the traced heap does not is the allocator's, not ours.
+that grows while the traced heap does not is the allocator's (or tracemalloc's own bookkeeping,
+printed too), not ours.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--items", type=int, default=3000, help="items published per round")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--no-trace", action="store_true", help="RSS only, without tracemalloc's overhead")
     args = parser.parse_args(argv)
     with servers.fresh_database("mariadb", f"soak_mem_{os.getpid()}") as url:
         os.environ["CHAOS_DATABASE_URL"] = url
@@ -40,17 +42,19 @@ def main(argv: list[str] | None = None) -> int:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        rows = probe(args.rounds, args.items, args.top)
+        rows = probe(args.rounds, args.items, args.top, trace=not args.no_trace)
         from django.db import connections
 
         connections.close_all()
-    print(f"{'round':>5} {'items':>8} {'rss KB':>8} {'traced KB':>10}")
+    print(f"{'round':>5} {'items':>8} {'rss KB':>8} {'traced KB':>10} {'tracemalloc KB':>15}")
     for r in rows:
-        print(f"{r['round']:>5} {r['items']:>8} {r['rss_kb']:>8} {r['traced_kb']:>10}")
+        print(
+            f"{r['round']:>5} {r['items']:>8} {r['rss_kb']:>8} {r['traced_kb']:>10} {r['tracemalloc_kb']:>15}"
+        )
     return 0
 
 
-def probe(rounds: int, items: int, top: int) -> list[dict[str, Any]]:
+def probe(rounds: int, items: int, top: int, trace: bool = True) -> list[dict[str, Any]]:
     from django.db import connection
 
     from django_dbqueue.models import Message, TaskRecord
@@ -65,7 +69,8 @@ def probe(rounds: int, items: int, top: int) -> list[dict[str, Any]]:
     )
     thread = threading.Thread(target=worker.run, name="worker")
     collector, errors, rows, snapshots = Collector(0), Counter(), [], []
-    tracemalloc.start(12)
+    if trace:
+        tracemalloc.start(12)
     thread.start()
     published = 0
     try:
@@ -78,17 +83,16 @@ def probe(rounds: int, items: int, top: int) -> list[dict[str, Any]]:
             while collector.counts()["unfinished"]:
                 time.sleep(0.5)
             gc.collect()
-            snapshots.append(tracemalloc.take_snapshot())
-            current, _ = tracemalloc.get_traced_memory()
-            rows.append(
-                {
-                    "round": index,
-                    "items": published,
-                    "rss_kb": rss_kb(os.getpid()),
-                    "traced_kb": current // 1024,
-                }
-            )
-            print(rows[-1], flush=True)
+            row = {"round": index, "items": published, "rss_kb": rss_kb(os.getpid())}
+            if trace:
+                # Only the warm-up's snapshot and the newest are kept: snapshots are big and
+                # would themselves grow this process's RSS.
+                snapshot = tracemalloc.take_snapshot()
+                snapshots = [*snapshots[:2], snapshot] if len(snapshots) >= 2 else [*snapshots, snapshot]
+            row["traced_kb"] = tracemalloc.get_traced_memory()[0] // 1024
+            row["tracemalloc_kb"] = tracemalloc.get_tracemalloc_memory() // 1024
+            rows.append(row)
+            print(row, flush=True)
     finally:
         worker.stop()
         thread.join()
