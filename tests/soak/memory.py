@@ -100,7 +100,7 @@ def probe(rounds: int, items: int, top: int, trace: bool = True) -> list[dict[st
     if len(snapshots) >= 3:
         keep = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen *>")]
         diff = snapshots[-1].filter_traces(keep).compare_to(snapshots[1].filter_traces(keep), "lineno")
-        print(f"Allocations that grew from round 1 to round {len(snapshots) - 1} (top {top}):")
+        print(f"Allocations that grew from round 1 to round {rows[-1]['round']} (top {top}):")
         for stat in diff[:top]:
             print(f"  {stat}")
     return rows
