@@ -10,7 +10,7 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django \
-        lint check docs package example bench bench-quick bench-flow bench-request-reply bench-atomic-ceiling chaos faults clean
+        lint check docs package example bench bench-quick bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick clean
 
 help:
 	@echo "make example   - run the example shop end to end: Python >= 3.12 and SQLite only, no root"
@@ -19,6 +19,7 @@ help:
 	@echo "                 and SQLite, and smoke runs on Django 5.2 LTS and 6.0 (make test-django-52)"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
+	@echo "make soak      - 30 minutes at 70% of capacity, a worker SIGKILL a minute, purges (SOAK_MINUTES=30)"
 	@echo "make docs      - the docs site (Sphinx + MyST, warnings are errors) into docs/_build/html"
 	@echo "make package   - wheel + sdist, twine check, the wheel in a clean virtualenv runs the example"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
@@ -111,6 +112,20 @@ chaos: venv
 FAULTS_ARGS ?= --postgresql-too
 faults: venv services
 	$(PY) -m tests.chaos.faults $(FAULTS_ARGS) --json $(CHAOS_RESULTS)/faults-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
+
+# The soak (issue #25, RELIABILITY.md "Soak: 30 minutes"): the capacity of 4 workers measured, then
+# SOAK_MINUTES of steady enqueueing at 70% of it from a publisher process, a worker SIGKILL every
+# minute and purgequeue every 2 minutes, on a fresh soak_<pid> database of the shared MariaDB
+# (dropped after). Prints RSS slopes per worker, claim latency per 5 minutes and the accounting of
+# every item; the results JSON goes to SOAK_RESULTS (git-ignored). Not in `make test`: its own
+# quick test (a 1-minute soak, ~2 minutes in all) is `make soak-quick`.
+SOAK_MINUTES ?= 30
+SOAK_RESULTS ?= tests/soak/results
+soak: venv services
+	$(PY) -m tests.soak --minutes $(SOAK_MINUTES) --json $(SOAK_RESULTS)/soak-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
+
+soak-quick: venv services
+	DBQUEUE_SOAK=1 DATABASE_URL=$(MARIADB_URL) $(PYTEST) tests/soak/test_soak_quick.py
 
 # -- benchmarks -----------------------------------------------------------------------------
 # The peers get their own virtualenv (they are not dependencies of django_dbqueue).

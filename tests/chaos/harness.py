@@ -98,7 +98,8 @@ LONG = Config(
 
 
 class Runqueue:
-    """One incarnation of ``manage.py runqueue`` (a supervisor and its workers)."""
+    """One incarnation of ``manage.py runqueue`` (a supervisor and its workers). It reads
+    ``models``, ``settings_module``, ``config``, ``logdir`` and ``worker_env`` of its harness."""
 
     def __init__(self, harness: Harness, index: int, generation: int) -> None:
         self.index = index
@@ -119,9 +120,9 @@ class Runqueue:
                 "-m",
                 "django",
                 "runqueue",
-                *MODELS,
+                *harness.models,
                 "--settings",
-                "tests.chaos.settings",
+                harness.settings_module,
                 "--concurrency",
                 str(cfg.concurrency),
                 "--batch-size",
@@ -210,6 +211,11 @@ def private_workdir(workdir: str | None) -> Path:
 
 
 class Harness:
+    #: What its runqueues consume and with which settings (the soak, tests/soak, reuses
+    #: ``Runqueue`` with its own).
+    models: tuple[str, ...] = MODELS
+    settings_module = "tests.chaos.settings"
+
     def __init__(self, config: Config) -> None:
         self.config = config
         self.rng = random.Random(config.seed)

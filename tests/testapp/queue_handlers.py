@@ -60,3 +60,16 @@ def batch_callback(message) -> None:
     Ledger.objects.create(
         kind=f"batch-{message.payload['callback']}", job_id=message.payload["batch_id"], attempt=message.pk
     )
+
+
+@handler("soak.work", schema={"n": int, "ms": (int, float), "fail": str})
+def soak_work(message) -> None:
+    """The soak's message items (tests/soak/work.py)."""
+    from django_dbqueue.exceptions import Discard
+    from tests.soak.work import LEDGER_MESSAGE, run
+
+    p = message.payload
+    try:
+        run(LEDGER_MESSAGE, p["n"], message.queue_attempts, p["ms"], p["fail"], message.queue_locked_by or "")
+    except ValueError as exc:  # poison: no retry, FAILED with the reason at once
+        raise Discard(str(exc)) from exc

@@ -8,6 +8,9 @@ from typing import Any
 from django.tasks import task
 from django.utils import timezone  # noqa: F401 - a name that is not a Task (test_tasks)
 
+from django_dbqueue.retry import ExponentialBackoff
+from django_dbqueue.tasks import retry
+
 
 @task
 def add(a: int, b: int) -> int:
@@ -48,3 +51,14 @@ def peek(context) -> None:
 def batch_done(batch_id: int, callback: str) -> str:
     """A batch callback (test_composition): called with the batch and which callback fired."""
     return f"{callback} {batch_id}"
+
+
+# Retried (a worker SIGKILLed while it ran the task alone would otherwise end it FAILED): a
+# poison task fails 4 times, and atomic mode rolls back each failed run's ledger row.
+@retry(ExponentialBackoff(base=1, factor=2, max_delay=10, max_attempts=4))
+@task(takes_context=True)
+def soak_task(context, n: int, ms: float, fail: str) -> None:
+    """The soak's task items (tests/soak/work.py): atomic, so a failed run leaves no ledger row."""
+    from tests.soak.work import LEDGER_TASK, run
+
+    run(LEDGER_TASK, n, context.attempt, ms, fail)
