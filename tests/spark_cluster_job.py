@@ -108,6 +108,7 @@ def main() -> None:
         "master": spark.sparkContext.master,
         "default_parallelism": spark.sparkContext.defaultParallelism,
         "session_seconds": started,
+        "jars": spark.sparkContext.getConf().get("spark.jars"),
         "runs": runs,
         "report": report,
         "executors": _executors(spark),

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -28,7 +29,7 @@ from django.db import connection
 
 from django_dbqueue.conf import settings as dbqueue_settings
 from django_dbqueue.states import QueueState
-from tests.spark_cluster import StandaloneCluster
+from tests.spark_cluster import StandaloneCluster, submit_command
 from tests.spark_support import attempt, db_now, spark_marks
 from tests.sparkapp.models import AccountSync
 
@@ -65,17 +66,23 @@ def package_zip(tmp_path: Path) -> str:
     return shutil.make_archive(str(tmp_path / "django_dbqueue"), "zip", staging)
 
 
-def _submit(cluster: StandaloneCluster, package_zip: str, *args: str) -> dict[str, Any]:
+def _job_env() -> dict[str, str]:
+    return {
+        "DBQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+        "SPARK_CONF_DIR": str(ROOT / "django_dbqueue" / "sparkconf"),  # errors only
+    }
+
+
+def _submit(
+    cluster: StandaloneCluster, package_zip: str, *args: str, jars: list[str] | None = None
+) -> dict[str, Any]:
     done = cluster.submit(
         JOB,
         *args,
         conf=CONF,
-        jars=[dbqueue_settings.SPARK_JDBC_JAR],
+        jars=jars or [dbqueue_settings.SPARK_JDBC_JAR],
         py_files=[package_zip],
-        env={
-            "DBQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
-            "SPARK_CONF_DIR": str(ROOT / "django_dbqueue" / "sparkconf"),  # errors only
-        },
+        env=_job_env(),
         timeout=600,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
@@ -134,8 +141,20 @@ def test_enqueue_rerun_and_report_on_a_standalone_cluster(cluster, package_zip, 
     attempt_history(rows)
 
     report_dir = tmp_path / "report"
-    first = _submit(cluster, package_zip, "--last", "20000", "--report", str(report_dir), "--probe-python")
+    # Another jar beside the JDBC driver (a jar is a zip): spark_session() keeps spark-submit's --jars.
+    extra_jar = str(tmp_path / "extra.jar")
+    with zipfile.ZipFile(extra_jar, "w") as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+    first = _submit(
+        cluster,
+        package_zip,
+        *("--last", "20000", "--report", str(report_dir), "--probe-python"),
+        jars=[extra_jar, dbqueue_settings.SPARK_JDBC_JAR],
+    )
     assert first["master"] == cluster.master_url
+    assert sorted(Path(j).name for j in first["jars"].split(",")) == sorted(
+        ["extra.jar", Path(dbqueue_settings.SPARK_JDBC_JAR).name]
+    )
     assert [(r["rows"], r["inserted"], r["skipped"]) for r in first["runs"]] == [(20_000, 20_000, 0)]
     _ran_on_both_workers(cluster, first["app_id"], first["executors"])
     # The executors' Python imported the package from the zip --py-files shipped, not the venv.
@@ -172,6 +191,21 @@ def test_enqueue_rerun_and_report_on_a_standalone_cluster(cluster, package_zip, 
     assert AccountSync.objects.count() == 30_000
     assert AccountSync.objects.values("account_id").distinct().count() == 30_000
     assert _staging_tables() == []
+
+
+def test_spark_submit_without_the_jdbc_jar_is_refused(tmp_path):
+    # local[1]: the check is the driver's, before any work. Nothing is staged or inserted.
+    done = subprocess.run(
+        submit_command(JOB, "--last", "10", master="local[1]"),
+        env={**os.environ, **_job_env(), "TZ": "UTC", "PYSPARK_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0
+    output = done.stdout + done.stderr  # spark-submit passes the Python driver's stderr to its stdout
+    assert "spark-submit was not given the JDBC driver: add --jars" in output, output[-3000:]
+    assert AccountSync.objects.count() == 0 and _staging_tables() == []
 
 
 def test_queuereport_command_with_a_spark_master(cluster, attempt_history, tmp_path):
