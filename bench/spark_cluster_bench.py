@@ -172,13 +172,20 @@ def main() -> None:
     print(f"written to {out}/RESULTS.md")
 
 
+def pyspark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
+
+
 def render(args: argparse.Namespace, results: dict[str, Any], fill_s: float, version: str) -> str:
     rows = args.rows
     lines = [
         f"### Spark on a standalone cluster and on `local[*]`, {rows:,} rows "
         f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)",
         "",
-        f"{os.cpu_count()} cores, {platform.python_version()}, MariaDB {version} (database "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, pyspark {pyspark_version()}, "
+        f"MariaDB {version} (database "
         f"`{urlparse(os.environ['DATABASE_URL']).path.lstrip('/')}`), one `spark-submit` per master, one run "
         f"each; source DataFrame `spark.range` in {args.partitions} partitions; report over "
         f"{args.history_rows:,} history rows (filled by SQL in {fill_s:.1f}s). Cluster: a master and "
