@@ -26,6 +26,8 @@ help:
 	@echo "make bench-flow - the claim's cost with per-key limits, as a ratio to the plain claim"
 	@echo "make bench-request-reply - 1,000 request-reply calls from 8 processes: p95 round trip (MariaDB, PostgreSQL)"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
+	@echo "make bench-spark - the Spark pipeline, 10M rows, on a standalone cluster and on local[*] (~30 min)"
+	@echo "make test-spark-cluster - the pipeline on a Spark standalone cluster started by the test (~2 min)"
 
 # -- environment ----------------------------------------------------------------------------
 
@@ -180,9 +182,26 @@ example: $(EXAMPLE_VENV)/.installed
 clean:
 	rm -rf $(VENV) .venv-django* $(EXAMPLE_VENV) dist build docs/_build .pytest_cache .ruff_cache tests/*.sqlite3 example_project/*.sqlite3
 
-# -- Spark pipeline benchmark (bench/spark_bench.py): 1M-row enqueue three ways + the report --
+# -- Spark pipeline benchmarks --------------------------------------------------------------
+# bench-spark (bench/spark_cluster_bench.py): the same spark-submit job on a standalone cluster (a
+# master and two 1-core workers started from the PySpark distribution, tests/spark_cluster.py)
+# and on local[*]: enqueue_dataframe of SPARK_BENCH_ROWS rows, its idempotent re-run, and
+# queue_report over SPARK_BENCH_HISTORY_ROWS history rows. The database is dropped afterwards.
+# Run it alone on the machine: flock /tmp/dbq-heavy.lock make bench-spark.
+# bench-spark-paths (bench/spark_bench.py): 1M rows three ways (Spark, ORM bulk_create,
+# executemany), fresh and re-run, and the report, on local[2].
 SPARK_BENCH_URL ?= mysql://root@127.0.0.1:3306/spark_bench
-SPARK_BENCH_ROWS ?= 1000000
-.PHONY: bench-spark
+SPARK_BENCH_ROWS ?= 10000000
+SPARK_BENCH_HISTORY_ROWS ?= 1000000
+SPARK_PATHS_ROWS ?= 1000000
+.PHONY: bench-spark bench-spark-paths test-spark-cluster
 bench-spark: venv services
-	DATABASE_URL=$(SPARK_BENCH_URL) $(PY) bench/spark_bench.py --rows $(SPARK_BENCH_ROWS)
+	DATABASE_URL=$(SPARK_BENCH_URL) $(PY) bench/spark_cluster_bench.py --rows $(SPARK_BENCH_ROWS) \
+	  --history-rows $(SPARK_BENCH_HISTORY_ROWS)
+
+bench-spark-paths: venv services
+	DATABASE_URL=$(SPARK_BENCH_URL) $(PY) bench/spark_bench.py --rows $(SPARK_PATHS_ROWS)
+
+# The pipeline on a standalone cluster (tests/test_spark_cluster.py, ~2 minutes; also in test-mariadb).
+test-spark-cluster: venv services
+	DATABASE_URL=$(MARIADB_URL) $(PYTEST) tests/test_spark_cluster.py

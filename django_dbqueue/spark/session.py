@@ -105,12 +105,16 @@ def spark_session(
 
     utc = "-Duser.timezone=UTC"
     options = {
-        "spark.jars": jar,
         "spark.driver.extraJavaOptions": utc,
         "spark.executor.extraJavaOptions": utc,
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
     }
+    # spark-submit (and a pyspark shell) started the JVM already, with its --jars as spark.jars:
+    # setting it here would replace them, and the executors would get only what it lists.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if not submitted:
+        options["spark.jars"] = jar
     if local:
         options |= {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8"}
     if driver_memory:
@@ -127,7 +131,19 @@ def spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     check_utc(spark)
+    if submitted:
+        _check_jar_shipped(spark, jar)
     return spark
+
+
+def _check_jar_shipped(spark: SparkSession, jar: str) -> None:
+    """Refuse a spark-submit session whose ``--jars`` lack the JDBC driver (same file name)."""
+    shipped = (spark.sparkContext.getConf().get("spark.jars") or "").split(",")
+    if not any(os.path.basename(j) == os.path.basename(jar) for j in shipped if j):
+        raise SparkUnavailable(
+            f"spark-submit was not given the JDBC driver: add --jars {jar} (or a URL of the same "
+            "file name the executors can fetch, e.g. local:///opt/jars/mariadb-java-client.jar)"
+        )
 
 
 def check_utc(spark: SparkSession) -> None:
