@@ -90,6 +90,8 @@ def convert(
     """Partition the unpartitioned history table; False if it already was (nothing done)."""
     part = partitioning(database)
     if part.partitions() is not None:
+        if not dry_run:
+            part.finish_interrupted(say)
         return False
     now = part.now()
     if start is None:
@@ -121,6 +123,12 @@ def make_ahead(database: str | None = None, span: str | None = None, ahead: int 
     part = partitioning(database)
     found = part.partitions()
     if found is None:
+        if settings.HISTORY_PARTITIONS is not None and part.supported:
+            logger.warning(
+                "DBQUEUE_HISTORY_PARTITIONS is set but %s is not partitioned: "
+                "run manage.py partitionhistory --convert",
+                part.table,
+            )
         return []
     span = granularity(span)
     ahead = settings.HISTORY_PARTITIONS_AHEAD if ahead is None else ahead

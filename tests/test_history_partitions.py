@@ -257,3 +257,27 @@ def test_dry_run_and_a_start_in_the_future_change_nothing(history_table) -> None
     with pytest.raises(CommandError, match="in the future"):
         call_command("partitionhistory", "--convert", "--start", "2999-01-01")
     assert partitions.partitioning().partitions() is None
+
+
+@pytest.mark.skipif("'mysql' not in os.environ.get('DATABASE_URL', '')", reason="MySQL/MariaDB DDL only")
+def test_convert_again_finishes_a_conversion_stopped_after_its_swap(history_table) -> None:
+    add_history(range(3), db_now())
+    call_command("partitionhistory", "--convert", stdout=StringIO())
+    kept = QueueAttempt.objects.order_by("pk").first()
+    # What a conversion killed between its RENAME and its copy-back leaves: the old table,
+    # holding a row the partitioned one has (kept) and one it lacks.
+    left, q = f"{TABLE}_unpartitioned", connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {q(left)} LIKE {q(TABLE)}")
+        cursor.execute(f"ALTER TABLE {q(left)} REMOVE PARTITIONING")
+        cursor.execute(f"INSERT INTO {q(left)} SELECT * FROM {q(TABLE)} WHERE id = %s", [kept.pk])
+        cursor.execute(
+            f"INSERT INTO {q(left)} (id, model, object_id, attempt, worker_id, finished_at, outcome, error) "
+            "VALUES (%s, 'x.Y', 'stray', 1, '', UTC_TIMESTAMP(6), 'succeeded', '')",
+            [kept.pk + 5_000_000],
+        )
+    out = StringIO()
+    call_command("partitionhistory", "--convert", stdout=out)
+    assert "finished an interrupted conversion: 1 row(s) moved" in out.getvalue()
+    assert QueueAttempt.objects.count() == 4 and QueueAttempt.objects.filter(object_id="stray").exists()
+    assert left not in connection.introspection.table_names()

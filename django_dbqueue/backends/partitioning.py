@@ -130,6 +130,10 @@ class HistoryPartitioning:
         partition (everything below ``bound``), ``dated`` partitions follow, then the catch-all."""
         raise self.unsupported()
 
+    def finish_interrupted(self, say: Callable[[str], None]) -> None:
+        """Complete a conversion stopped after its swap (nothing where the swap is one
+        transaction, as on PostgreSQL)."""
+
     def add(self, dated: list[tuple[datetime, datetime]]) -> list[str]:
         """Create these partitions above the last one (rows the catch-all holds for their
         ranges move into them); return their names."""
