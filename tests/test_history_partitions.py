@@ -129,6 +129,18 @@ def test_the_admin_reads_a_partitioned_history(history_table, admin_client) -> N
     pk = QueueAttempt.objects.order_by("pk").values_list("pk", flat=True).first()
     assert admin_client.get(reverse("admin:django_dbqueue_queueattempt_changelist")).status_code == 200
     assert admin_client.get(reverse("admin:django_dbqueue_queueattempt_change", args=[pk])).status_code == 200
+    # The dashboard's charts read the history by time, across partitions.
+    from django.core.cache import cache
+
+    from django_dbqueue.admin.timeline import timeline
+
+    cache.clear()
+    add_history(range(3), db_now(), model="testapp.Ticket")  # within the last 3 hours
+    assert timeline("testapp.Ticket", "default", "day").total("succeeded") == 3
+    assert (
+        admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard"), {"span": "day"}).status_code
+        == 200
+    )
 
 
 @skip_on_sqlite
