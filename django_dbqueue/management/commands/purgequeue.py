@@ -149,13 +149,15 @@ class Command(BaseCommand):
             cutoff = partitions.db_now(using) - options["attempts_older_than"]
             if not options["dry_run"]:
                 partitions.make_ahead(using)
+            started = time.monotonic()
             dropped = partitions.rotate(using, cutoff, dry_run=options["dry_run"])
+            took = time.monotonic() - started
         except partitions.PartitioningUnsupported as exc:
             raise CommandError(str(exc)) from None
         if dropped:
             known = [p.rows for p in dropped if p.rows is not None]
             rows = f"; ~{sum(known):,} rows by the database's estimate" if len(known) == len(dropped) else ""
-            verb = "to drop" if options["dry_run"] else "dropped"
+            verb = "to drop" if options["dry_run"] else f"dropped in {took:.2f}s"
             names = ", ".join(p.name for p in dropped)
             self.stdout.write(
                 f"QueueAttempt: {len(dropped)} partition(s) wholly older than the cutoff {verb} "
