@@ -302,7 +302,9 @@ def render() -> str:
         "`make bench-history` (`bench/history_partitions.py`), under the machine-wide heavy-run lock. "
         "Machine: 2 cores (AMD EPYC), 24 GiB, shared with other engineers' runs; databases on the same "
         "host, default settings. A probe writes one history row every 20 ms through the outcomes' "
-        "history writer; its slowest write is how long writers waited."
+        "history writer; its slowest write is how long writers waited. On this shared machine a "
+        "drain's rate varies by half between runs (compare the two 'alone' figures of a database): "
+        "read the purge's time and the probe's longest wait first."
     )
     lines += [
         "",
@@ -314,7 +316,7 @@ def render() -> str:
         for kind, how in (("unpartitioned", "batched DELETE"), ("partitioned", "partition drop + rest")):
             p, version = r[kind]["with_purge"], r["server"].split("-")[0].split()[0]
             lines.append(
-                f"| {r['vendor']} {version} | {r['rows']:,} | {p['purged_rows']:,} | {how} | "
+                f"| {system(r)} {version} | {r['rows']:,} | {p['purged_rows']:,} | {how} | "
                 f"{p['purge_s']:.1f} | {p['probe_max_ms']:.0f} | "
                 f"{r[kind]['alone']['drain_jobs_per_s']:.0f} | "
                 f"{p['drain_jobs_per_s']:.0f} | {p['lock_errors']} |"
@@ -329,20 +331,29 @@ def render() -> str:
     for r in runs:
         c = r["convert"]
         lines.append(
-            f"| {r['vendor']} | {c['rows_after']:,} of {r['convert_rows']:,} | {c['s']:.1f} | "
+            f"| {system(r)} | {c['rows_after']:,} of {r['convert_rows']:,} | {c['s']:.1f} | "
             f"{c['probe_max_ms']:.0f} | {c['probe_p99_ms']:.0f} |"
         )
     lines.append("")
     for r in runs:
         (a1, a5, a15), (b1, b5, b15) = r["load"]
         lines.append(
-            f"* {r['vendor']} run {r['date']}, {r['drain']:,}-message drains, 4 worker processes; "
+            f"* {system(r)} run {r['date']} (`python bench/history_partitions.py --rows {r['rows']} "
+            f"--drain {r['drain']}`), {r['drain']:,}-message drains, 4 worker processes; "
             f"load {a1:.2f} / {a5:.2f} / {a15:.2f} at the start, {b1:.2f} / {b5:.2f} / {b15:.2f} at the end."
         )
         said = r["partitioned"]["with_purge"]["purge_output"].replace("\n", "; ")
         lines.append(f"  Purge output (partitioned): `{said}`")
     lines.append(END)
     return "\n".join(lines)
+
+
+def system(run: dict) -> str:
+    return (
+        "MariaDB"
+        if "mariadb" in run["server"].lower()
+        else {"mysql": "MySQL"}.get(run["vendor"], "PostgreSQL")
+    )
 
 
 def write(section: str) -> None:
