@@ -18,6 +18,7 @@ from django_dbqueue import partitions
 from django_dbqueue.models import Message, QueueAttempt
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
+from tests.conftest import wait_until
 
 #: Conversions are DDL: the tests that make them commit, and put the table back after.
 db = pytest.mark.django_db(transaction=True)
@@ -220,18 +221,20 @@ def test_purge_by_partitions_does_not_hold_up_four_draining_workers(history_tabl
     start = (now - timedelta(days=8)).strftime("%Y-%m-%d")
     call_command("partitionhistory", "--convert", "--start", start, "--ahead", "2", stdout=StringIO())
     add_history(range(24, 8 * 24 - 1), now)
-    Message.objects.publish_many([{"kind": "test.echo", "payload": {"i": i}} for i in range(800)])
+    Message.objects.publish_many([{"kind": "test.echo", "payload": {"i": i}} for i in range(2000)])
     worker = start_worker("django_dbqueue.Message", "--concurrency", "4", "--burst", "--no-schedules")
-    time.sleep(1.5)  # the workers are up and claiming
+    done = Message.objects.filter(queue_state=QueueState.SUCCEEDED)
+    assert wait_until(lambda: done.exists(), timeout=60, interval=0.01)  # the workers are draining
     started = time.monotonic()
     out = StringIO()
     call_command("purgequeue", "--attempts-older-than", "3d", "--pause", "0", stdout=out)
     purge_seconds = time.monotonic() - started
+    assert done.count() < 2000 or purge_seconds > 0.5, "the drain ended before the purge could overlap it"
     assert worker.wait(timeout=120) == 0, worker.output[-3000:]
     assert "partition(s) wholly older than the cutoff dropped" in out.getvalue()
     assert purge_seconds < 10, purge_seconds
-    assert Message.objects.filter(queue_state=QueueState.SUCCEEDED).count() == 800
-    assert QueueAttempt.objects.filter(model="django_dbqueue.Message").count() == 800
+    assert Message.objects.filter(queue_state=QueueState.SUCCEEDED).count() == 2000
+    assert QueueAttempt.objects.filter(model="django_dbqueue.Message").count() == 2000
     assert not re.search(r"lock wait timeout|deadlock|1205|55P03", worker.output, re.I), worker.output[-3000:]
 
 
