@@ -205,3 +205,13 @@ bench-spark-paths: venv services
 # The pipeline on a standalone cluster (tests/test_spark_cluster.py, ~2 minutes; also in test-mariadb).
 test-spark-cluster: venv services
 	DATABASE_URL=$(MARIADB_URL) $(PYTEST) tests/test_spark_cluster.py
+
+# -- The attempt history at 10 million rows (issue #25): purge by partition drop against batched
+# DELETE, and a live table's conversion (bench/history_partitions.py).
+# The section of BENCHMARKS.md between its markers is rewritten.
+HISTORY_BENCH_ROWS ?= 10000000
+HISTORY_BENCH_ARGS ?=
+.PHONY: bench-history
+bench-history: venv services
+	DATABASE_URL=mysql://root@127.0.0.1:3306/hist_bench $(PY) bench/history_partitions.py --rows $(HISTORY_BENCH_ROWS) $(HISTORY_BENCH_ARGS)
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/hist_bench $(PY) bench/history_partitions.py --rows $(HISTORY_BENCH_ROWS) $(HISTORY_BENCH_ARGS)

@@ -28,6 +28,7 @@ class Kind(StrEnum):
     RETRY_POLICY = "None or a retry policy (e.g. ExponentialBackoff(), NoRetry())"
     PATH = "a non-empty file path (str or Path)"
     SCHEDULES = "a dict of schedule declarations by name (docs/schedules.md)"
+    PARTITIONS = 'None, "daily" or "monthly"'
 
 
 class Setting[T]:
@@ -58,6 +59,7 @@ class Setting[T]:
 
 SECONDS, WHOLE, FLAG = Kind.SECONDS, Kind.WHOLE, Kind.FLAG
 RETRY_POLICY, PATH, SCHEDULES = Kind.RETRY_POLICY, Kind.PATH, Kind.SCHEDULES
+PARTITIONS = Kind.PARTITIONS
 
 
 class Settings:
@@ -87,6 +89,11 @@ class Settings:
     HEARTBEAT_INTERVAL = Setting(10.0, SECONDS, 0.01, DAY)
     #: Write a QueueAttempt row for every attempt (a model's ``queue_history`` wins).
     HISTORY = Setting(True, FLAG)
+    #: How long each partition of a partitioned history table spans, "daily" or "monthly"; None
+    #: (the default): workers make no partitions ahead (``partitionhistory --convert`` first).
+    HISTORY_PARTITIONS: Setting[str | None] = Setting(None, PARTITIONS)
+    #: Partitions kept made ahead of the current one (by workers hourly, and by purgequeue).
+    HISTORY_PARTITIONS_AHEAD = Setting(7, WHOLE, 1, 400)
     #: Largest JSON payload (bytes) ``Message.objects.publish`` accepts (at most 1 GiB,
     #: MySQL's largest ``max_allowed_packet``).
     MAX_PAYLOAD_BYTES = Setting(1_000_000, WHOLE, 1, 2**30)

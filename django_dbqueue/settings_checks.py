@@ -11,6 +11,7 @@ django_dbqueue.E020   a count, size, length, limit or byte setting that is not a
 django_dbqueue.E021   a flag that is not a real bool (``"no"`` would count as true)
 django_dbqueue.E022   ``DBQUEUE_TASK_RETRY`` that is neither None nor a retry policy
 django_dbqueue.E023   a path setting that is not a non-empty str or Path
+django_dbqueue.E024   ``DBQUEUE_HISTORY_PARTITIONS`` that is not None, "daily" or "monthly"
 django_dbqueue.E051   ``DBQUEUE_SCHEDULES`` that is not a dict (its entries: checks.py, E050)
 django_dbqueue.W020   an unknown ``DBQUEUE_*`` name (a typo), with the closest known name
 ====================  ==========================================================================
@@ -37,6 +38,7 @@ IDS = {
     Kind.RETRY_POLICY: "django_dbqueue.E022",
     Kind.PATH: "django_dbqueue.E023",
     Kind.SCHEDULES: "django_dbqueue.E051",
+    Kind.PARTITIONS: "django_dbqueue.E024",
 }
 UNKNOWN_ID = "django_dbqueue.W020"
 
@@ -74,6 +76,8 @@ def value_problem(setting: Setting[Any], value: object) -> str | None:
         ok = value is None or (isinstance(value, RetryPolicy) and not isinstance(value, type))
     elif kind is Kind.SCHEDULES:
         ok = isinstance(value, dict)
+    elif kind is Kind.PARTITIONS:
+        ok = value is None or value in ("daily", "monthly")
     else:
         ok = isinstance(value, (str, os.PathLike)) and bool(os.fspath(value))
     if ok:

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_dbqueue"
 LAYERS = [
     {"conf", "states", "signals", "leases", "handlers", "payloads", "exceptions", "retry", "traces", "slots"},
     {"backends"},
-    {"history", "claims", "unique", "cancellation", "composition", "chains", "batches"},
+    {"history", "partitions", "claims", "unique", "cancellation", "composition", "chains", "batches"},
     {"outcomes", "rescue", "pauses", "limits"},
     {"query"},
     {"models"},

@@ -36,6 +36,12 @@ REVIEWED = {
     ("django_dbqueue/spark/enqueue.py", "enqueue_dataframe"): (
         "DDL/DML on a staging table: identifiers through qn() (quote_name), values by parameters"
     ),
+    ("django_dbqueue/backends/mysql_partitions.py", "finish_interrupted"): (
+        "INSERT IGNORE … SELECT between the history table and its leftover twin: identifiers "
+        "through quote_name() (self.q), no values (the partition DDL of backends/*_partitions.py "
+        "goes through HistoryPartitioning.run() the same way; partition bounds are DDL, formatted "
+        "from datetimes by partitioning.literal())"
+    ),
     ("django_dbqueue/spark/enqueue.py", "_insert_chunk"): (
         "runs enqueue_dataframe's INSERT … SELECT with its params"
     ),

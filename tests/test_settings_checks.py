@@ -50,6 +50,9 @@ BAD = [
     ("DBQUEUE_RESCUE_INTERVAL", False, "django_dbqueue.E006"),
     ("DBQUEUE_SPARK_JDBC_JAR", "", "django_dbqueue.E023"),
     ("DBQUEUE_SPARK_JDBC_JAR", None, "django_dbqueue.E023"),
+    ("DBQUEUE_HISTORY_PARTITIONS", "weekly", "django_dbqueue.E024"),
+    ("DBQUEUE_HISTORY_PARTITIONS", True, "django_dbqueue.E024"),
+    ("DBQUEUE_HISTORY_PARTITIONS_AHEAD", 0, "django_dbqueue.E020"),
 ]
 
 
@@ -76,6 +79,8 @@ def test_a_bad_setting_is_reported_with_its_name_and_id(name, value, check_id) -
         ("DBQUEUE_TASK_RETRY", NoRetry()),
         ("DBQUEUE_TASK_RETRY", ExponentialBackoff(max_attempts=5)),
         ("DBQUEUE_SPARK_JDBC_JAR", Path("/opt/jars/mariadb-java-client.jar")),
+        ("DBQUEUE_HISTORY_PARTITIONS", "daily"),
+        ("DBQUEUE_HISTORY_PARTITIONS", "monthly"),
     ],
 )
 def test_good_values_pass(name, value) -> None:

@@ -14,6 +14,9 @@ from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Model
+
+from .partitioning import HistoryPartitioning
 
 logger = logging.getLogger("django_dbqueue.backends")
 
@@ -98,6 +101,12 @@ class QueueBackend:
     def session_room(self) -> tuple[int, int] | None:
         """(sessions open now, the server's limit), or None where there is no such limit."""
         return None
+
+    # -- history partitions ----------------------------------------------------------------
+
+    def history_partitioning(self, model: type[Model]) -> HistoryPartitioning:
+        """Time-partition upkeep of the history table ``model`` (partitioning.py)."""
+        return HistoryPartitioning(self.alias, model)
 
     def describe(self) -> str:
         return f"{self.vendor} ({self.alias})"

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from .base import QueueBackend, run_quietly
+from .mysql_partitions import MySQLPartitioning
 
 if TYPE_CHECKING:
     from django.db.backends.mysql.base import DatabaseWrapper
+    from django.db.models import Model
 
 #: ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK.
 LOCK_CONFLICTS = frozenset({1205, 1213})
@@ -98,3 +100,6 @@ class MySQLBackend(QueueBackend):
             return run_quietly("plan estimate", estimate)
         except (ValueError, IndexError, TypeError):
             return None
+
+    def history_partitioning(self, model: type[Model]) -> MySQLPartitioning:
+        return MySQLPartitioning(self.alias, model)

@@ -7,11 +7,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 
 from .base import QueueBackend, run_quietly
+from .postgresql_partitions import PostgreSQLPartitioning
+
+if TYPE_CHECKING:
+    from django.db.models import Model
 
 logger = logging.getLogger("django_dbqueue.backends")
 
@@ -126,3 +130,6 @@ class PostgreSQLBackend(QueueBackend):
             return run_quietly("plan estimate", estimate)
         except (ValueError, KeyError, IndexError, TypeError):
             return None
+
+    def history_partitioning(self, model: type[Model]) -> PostgreSQLPartitioning:
+        return PostgreSQLPartitioning(self.alias, model)

@@ -7,12 +7,17 @@ host, not per process; a ``Worker`` run on its own ticks too); the ledger's uniq
 each slot fire once however many hosts tick (``schedules/firing.py``). The first tick syncs
 the code's declarations to the table. ``runqueue --burst`` ticks once, before it drains;
 ``--no-schedules`` never.
+
+The same thread keeps the partitions of a partitioned history made ahead (when
+``DBQUEUE_HISTORY_PARTITIONS`` is set): at its first tick and then hourly; every host may do it,
+since a partition already made is simply not made again.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import connections
 
@@ -22,6 +27,8 @@ logger = logging.getLogger("django_dbqueue.schedules")
 
 #: Longest pause after failed ticks (a database outage, a missing table), in seconds.
 LONGEST_PAUSE = 30.0
+#: Seconds between two upkeeps of the history's partitions (after a failure too).
+PARTITION_UPKEEP_INTERVAL = 3600.0
 
 
 class Ticker:
@@ -31,6 +38,7 @@ class Ticker:
         self.enabled = enabled
         self.synced = False
         self.failures = 0
+        self.next_upkeep = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"dbqueue-schedules-{worker_id}", daemon=True)
 
@@ -66,7 +74,23 @@ class Ticker:
             connections[using].close()  # a broken connection is not reused
             return 0
         self.failures = 0
+        self.upkeep()
         return fired
+
+    def upkeep(self) -> None:
+        """Make the history's partitions due ahead, hourly; a failure is logged, never raised."""
+        if settings.HISTORY_PARTITIONS is None or time.monotonic() < self.next_upkeep:
+            return
+        self.next_upkeep = time.monotonic() + PARTITION_UPKEEP_INTERVAL
+        from ..partitions import make_ahead
+
+        try:
+            made = make_ahead(self.database)
+        except Exception as exc:  # noqa: BLE001 - upkeep must never stop the worker
+            logger.warning("history partitions: upkeep failed (next try in an hour): %s", exc)
+            return
+        if made:
+            logger.info("history partitions: made %s", ", ".join(made))
 
     def _run(self) -> None:
         try:
