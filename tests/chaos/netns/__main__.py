@@ -27,7 +27,7 @@ FULL = Config(
     concurrency=2,
     batch_size=4,
     lease=5.0,
-    hold_timeout=40.0,
+    hold_timeout=45.0,
     partitions=(("lease", "default"), ("atomic", "0"), ("atomic", "default")),
     slow_rows=3000,
 )
