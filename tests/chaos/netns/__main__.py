@@ -52,8 +52,9 @@ def problems(results: dict[str, Any]) -> list[str]:
         guarded = part["mode"] == "lease" or part["atomic idle timeout"] != "0"
         if guarded and part["h1 rows stuck RUNNING until heal"]:
             found.append(f"{name}: {part['h1 rows stuck RUNNING until heal']} row(s) of h1 stuck until heal")
-        if guarded and part["h1 outcomes recorded"]:
-            found.append(f"{name}: h1 recorded {part['h1 outcomes recorded']} outcome(s) of rows it had lost")
+        late = part["h1 outcomes written after the cut for rows it held"]
+        if guarded and late:
+            found.append(f"{name}: h1 wrote {late} late outcome(s)")
     for drain in results.get("slow link", []):
         name = f"slow link {drain['mode']} ({drain['h3 link']})"
         found += [f"{name}: {key} = {drain[key]}" for key in MUST_BE_ZERO if drain.get(key)]

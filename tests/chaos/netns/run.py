@@ -24,6 +24,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,7 @@ class NetnsRun:
                 raise RuntimeError(f"host h1 never held a row: nothing to cut off (polls: {seen})")
             net.partition("h1")
             cut = time.monotonic()
+            cut_at = self.sql("SELECT UTC_TIMESTAMP(6)")[0][0].replace(tzinfo=UTC)
             result["rows h1 held when cut"] = len(held)
             result["rows h1 held locked (handler running) when cut"] = len(self.locked_elsewhere(model, held))
             # Slower than innodb_trx's cache: read again within 0.1 s, it is not refreshed.
@@ -312,8 +314,12 @@ class NetnsRun:
                 .filter(outcome="lost")
                 .count(),
                 "h1 late outcomes rejected (log lines)": late_lines(h1_log),
-                "h1 outcomes recorded": attempts(model, pks)
-                .filter(worker_id__startswith="h1-")
+                # Outcomes h1 wrote after the cut for rows it held then (its late outcomes
+                # that got through). Atomic mode with the bound off: rows it still held.
+                "h1 outcomes written after the cut for rows it held": attempts(
+                    model, [str(pk) for pk in held]
+                )
+                .filter(worker_id__startswith="h1-", finished_at__gt=cut_at)
                 .exclude(outcome="lost")
                 .count(),
             }
@@ -350,19 +356,43 @@ class NetnsRun:
             for f in ("finished_at", "-finished_at")
         )
         span = max((last - first).total_seconds(), 1e-3)
-        per_host = Counter(w.split("-")[0] for w in done.values_list("worker_id", flat=True))
+        outcomes = list(done.values_list("worker_id", "claimed_at", "finished_at"))
+        per_host: dict[str, list[tuple[Any, Any]]] = {h: [] for h in self.net.hosts}
+        claims: Counter = Counter()
+        for worker, claimed, finished in outcomes:
+            per_host[worker.split("-")[0]].append((claimed or finished, finished))
+            claims[worker, claimed] += 1  # one claim: a worker's rows with one claim time
         ledger = Counter(
             ChaosLedger.objects.filter(kind=model.chaos_kind, job_id__in=pks).values_list("job_id", flat=True)
         )
+
+        def own_rate(rows: list[tuple[Any, Any]]) -> float:
+            # From the host's first claim to its last outcome: its own pace, not the drain's.
+            if not rows:
+                return 0.0
+            busy = (max(f for _, f in rows) - min(c for c, _ in rows)).total_seconds()
+            return round(len(rows) / max(busy, 1e-3), 1)
+
         return {
             "mode": mode,
             "h3 link": f"delay {cfg.slow_delay_ms:g} ms, loss {cfg.slow_loss:.0%}" if impaired else "clean",
             "rows": len(pks),
             "settled": settled,
             "wall (s)": round(elapsed, 1),
+            "drain, first to last outcome (s)": round(span, 1),
             "jobs/s overall (first to last outcome)": round(done.count() / span, 1),
-            "jobs/s per host": {h: round(per_host.get(h, 0) / span, 1) for h in self.net.hosts},
-            "rows per host": {h: per_host.get(h, 0) for h in self.net.hosts},
+            "rows per host": {h: len(rows) for h, rows in per_host.items()},
+            "jobs/s per host (its first claim to its last outcome)": {
+                h: own_rate(rows) for h, rows in per_host.items()
+            },
+            "last outcome per host, after the first outcome (s)": {
+                h: round((max(f for _, f in rows) - first).total_seconds(), 1) if rows else None
+                for h, rows in per_host.items()
+            },
+            "largest claim per host (rows)": {
+                h: max((n for (w, _), n in claims.items() if w.split("-")[0] == h), default=0)
+                for h in self.net.hosts
+            },
             "rows lost or unfinished": model.objects.filter(batch=number)
             .exclude(queue_state="succeeded")
             .count(),
