@@ -19,7 +19,7 @@ help:
 	@echo "                 and SQLite, and smoke runs on Django 5.2 LTS and 6.0 (make test-django-52)"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
-	@echo "make netns     - many hosts over a real network (root): partitions and a slow link (~6 min)"
+	@echo "make netns     - many hosts over a real network (root): partitions and a slow link (~4 min)"
 	@echo "make docs      - the docs site (Sphinx + MyST, warnings are errors) into docs/_build/html"
 	@echo "make package   - wheel + sdist, twine check, the wheel in a clean virtualenv runs the example"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
