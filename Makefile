@@ -10,7 +10,7 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django \
-        lint check docs package example bench bench-quick bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick clean
+        lint check docs package example bench bench-quick bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
 
 help:
 	@echo "make example   - run the example shop end to end: Python >= 3.12 and SQLite only, no root"
@@ -20,6 +20,7 @@ help:
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
 	@echo "make soak      - 30 minutes at 70% of capacity, a worker SIGKILL a minute, purges (SOAK_MINUTES=30)"
+	@echo "make netns     - many hosts over a real network (root): partitions and a slow link (~4 min)"
 	@echo "make docs      - the docs site (Sphinx + MyST, warnings are errors) into docs/_build/html"
 	@echo "make package   - wheel + sdist, twine check, the wheel in a clean virtualenv runs the example"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
@@ -128,6 +129,13 @@ soak: venv services
 
 soak-quick: venv services
 	DBQUEUE_SOAK=1 DATABASE_URL=$(MARIADB_URL) $(PYTEST) tests/soak/test_soak_quick.py
+
+# Many hosts over a real network (issue #25, RELIABILITY.md): a private MariaDB and three runqueue
+# hosts in network namespaces of their own (root only: ip netns, a bridge, veth pairs, TAP devices);
+# one host partitioned mid-job in lease and atomic mode, then a slow link. The namespaces are
+# always removed. The quick variant is tests/chaos/test_netns_quick.py (in the MariaDB pass).
+netns: venv
+	$(PY) -m tests.chaos.netns --full --json $(CHAOS_RESULTS)/netns-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
 
 # -- benchmarks -----------------------------------------------------------------------------
 # The peers get their own virtualenv (they are not dependencies of django_dbqueue).

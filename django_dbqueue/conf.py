@@ -67,6 +67,12 @@ class Settings:
 
     #: Seconds a claim stays valid unless renewed; a model's ``queue_lease`` wins.
     LEASE = Setting(300.0, SECONDS, 1, 7 * DAY)
+    #: Atomic mode: seconds a handler's transaction may sit idle (no statement) before the
+    #: database ends the session, rolling it back and freeing its row locks, so the rows of a
+    #: worker the network cut off come back. None: twice the longest lease (or the longest
+    #: ``queue_timeout``) of the atomic models the worker runs, at least 30 s; 0: the server's own
+    #: setting.
+    ATOMIC_IDLE_TIMEOUT: Setting[float | None] = Setting(None, SECONDS, 0, 14 * DAY)
     #: Most rows claimed per claim statement by ``runqueue`` (``--batch-size`` fixes a size);
     #: how many fit is judged by ``BATCH_SECONDS``.
     BATCH_SIZE = Setting(500, WHOLE, 1, 100_000)

@@ -60,7 +60,9 @@ def bounds_text(setting: Setting[Any]) -> str:
 def value_problem(setting: Setting[Any], value: object) -> str | None:
     """Why ``value`` cannot be this setting's value (None: it can)."""
     kind = setting.kind
-    if kind is Kind.SECONDS:
+    if value is None and setting.default is None and kind is Kind.SECONDS:
+        ok = True  # a seconds setting whose default is None ("derived") takes None back
+    elif kind is Kind.SECONDS:
         ok = (
             isinstance(value, (int, float))
             and not isinstance(value, bool)
@@ -85,6 +87,8 @@ def value_problem(setting: Setting[Any], value: object) -> str | None:
     wanted = kind.value
     if kind in (Kind.SECONDS, Kind.WHOLE):
         wanted = f"{wanted} {bounds_text(setting)}"
+    if setting.default is None and kind is Kind.SECONDS:
+        wanted = f"None or {wanted}"
     return f"{setting.setting_name} must be {wanted}, not {value!r}."
 
 

@@ -48,6 +48,8 @@ BAD = [
     ("DBQUEUE_HEARTBEAT_INTERVAL", "10", "django_dbqueue.E006"),
     ("DBQUEUE_FLUSH_INTERVAL", -1.0, "django_dbqueue.E006"),
     ("DBQUEUE_RESCUE_INTERVAL", False, "django_dbqueue.E006"),
+    ("DBQUEUE_ATOMIC_IDLE_TIMEOUT", -1, "django_dbqueue.E006"),
+    ("DBQUEUE_ATOMIC_IDLE_TIMEOUT", "60", "django_dbqueue.E006"),
     ("DBQUEUE_SPARK_JDBC_JAR", "", "django_dbqueue.E023"),
     ("DBQUEUE_SPARK_JDBC_JAR", None, "django_dbqueue.E023"),
     ("DBQUEUE_HISTORY_PARTITIONS", "weekly", "django_dbqueue.E024"),
@@ -76,6 +78,9 @@ def test_a_bad_setting_is_reported_with_its_name_and_id(name, value, check_id) -
         ("DBQUEUE_BATCH_SIZE", 1),
         ("DBQUEUE_DEADLOCK_RETRIES", 0),
         ("DBQUEUE_HISTORY", False),
+        ("DBQUEUE_ATOMIC_IDLE_TIMEOUT", None),
+        ("DBQUEUE_ATOMIC_IDLE_TIMEOUT", 0),
+        ("DBQUEUE_ATOMIC_IDLE_TIMEOUT", 90.5),
         ("DBQUEUE_TASK_RETRY", NoRetry()),
         ("DBQUEUE_TASK_RETRY", ExponentialBackoff(max_attempts=5)),
         ("DBQUEUE_SPARK_JDBC_JAR", Path("/opt/jars/mariadb-java-client.jar")),
@@ -144,7 +149,7 @@ def test_an_unknown_dbqueue_name_gets_a_warning_naming_the_closest_setting(typo,
 def test_an_unknown_name_far_from_every_setting_lists_the_known_ones() -> None:
     with override_settings(DBQUEUE_ZZZZZZZZZZZZ=1):
         [message] = check_settings()
-    assert message.hint.startswith("Known settings: DBQUEUE_BATCH_SECONDS, DBQUEUE_BATCH_SIZE")
+    assert message.hint.startswith("Known settings: DBQUEUE_ATOMIC_IDLE_TIMEOUT, DBQUEUE_BATCH_SECONDS")
 
 
 # -- runqueue refuses to start ---------------------------------------------------------------------

@@ -73,6 +73,12 @@ class QueueBackend:
         (a raw ``BEGIN`` sent by a handler). Asked once per flush of a batch's outcomes."""
         return False
 
+    def bound_idle_transactions(self, connection: BaseDatabaseWrapper, seconds: float) -> bool:
+        """Ask the server to end ``connection``'s session when it sits idle inside a transaction
+        longer than ``seconds``, which rolls the transaction back and frees its row locks.
+        Return False where the database has no such per-session bound."""
+        return False
+
     # -- wake-ups --------------------------------------------------------------------------
 
     def notify(self, tables: Iterable[str]) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, cast
 
 from .base import QueueBackend, run_quietly
 from .mysql_partitions import MySQLPartitioning
 
 if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.mysql.base import DatabaseWrapper
     from django.db.models import Model
 
@@ -55,6 +57,15 @@ class MySQLBackend(QueueBackend):
                     "WHERE trx_mysql_thread_id = CONNECTION_ID()"
                 )
             return bool(cursor.fetchone()[0])
+
+    def bound_idle_transactions(self, connection: BaseDatabaseWrapper, seconds: float) -> bool:
+        # MariaDB 10.3+ only (whole seconds): MySQL 8 has no idle-transaction timeout, and
+        # its wait_timeout would also end sessions that are merely idle between polls.
+        if not cast("DatabaseWrapper", connection).mysql_is_mariadb:
+            return False
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION idle_transaction_timeout = %s", [max(1, math.ceil(seconds))])
+        return True
 
     def session_room(self) -> tuple[int, int] | None:
         def room() -> tuple[int, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -16,6 +17,9 @@ from .postgresql_partitions import PostgreSQLPartitioning
 
 if TYPE_CHECKING:
     from django.db.models import Model
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger("django_dbqueue.backends")
 
@@ -40,6 +44,15 @@ class PostgreSQLBackend(QueueBackend):
 
     def is_read_only(self, exc: BaseException) -> bool:
         return _sqlstate(exc) in READ_ONLY
+
+    def bound_idle_transactions(self, connection: BaseDatabaseWrapper, seconds: float) -> bool:
+        # In milliseconds; set_config() takes it as a parameter (SET cannot).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                [str(max(1, math.ceil(seconds * 1000)))],
+            )
+        return True
 
     def server_in_transaction(self) -> bool:
         raw = self.connection.connection

@@ -32,6 +32,7 @@ from ..limits import limits_of
 from ..models import QueueMixin, queue_models
 from . import leaks, outage, registry
 from .calls import handler_kind, observed
+from .idle import IdleTransactionGuard
 from .jobs import Batch
 from .lease import HardTimeoutHook, LeaseKeeper, Running
 from .shutdown import install_signals
@@ -118,7 +119,9 @@ class Worker:
         databases = sorted({self.db_for(model) for model in self.models})
         self.in_transaction = any(connections[using].in_atomic_block for using in databases)
         restore = install_signals(self) if threading.current_thread() is threading.main_thread() else None
+        guard = IdleTransactionGuard.for_worker(self)
         try:
+            guard.install()
             check_tables(self.models, self.database)
             self._registry_db = self.db_for(self.models[0])
             self._register()
@@ -130,6 +133,7 @@ class Worker:
             logger.info("worker %s consuming %s%s", self.worker_id, labels, ", burst" if self.burst else "")
             self._loop()
         finally:
+            guard.uninstall()
             self.keeper.stop()
             self.ticker.stop()
             if self._listener is not None:

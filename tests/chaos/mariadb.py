@@ -5,6 +5,11 @@ touches a shared server. ``PrivateMariaDB`` creates a fresh data directory with
 ``mariadb-install-db`` (Debian's ``mariadb-server`` package), runs ``mariadbd`` on a free
 local port, and stops (SIGTERM), crashes (SIGKILL) and starts it again on the same data.
 
+For the many-hosts harness (``tests/chaos/netns``) it runs inside a network namespace
+(``launcher=["ip", "netns", "exec", NS]``) and listens on that namespace's address
+(``bind_address``); the suite itself then talks to it over its unix socket (``admin_url``),
+which no network namespace or partition affects.
+
 Two accounts exist: ``root`` (the suite: publishers, admin actions, purge, checks) and
 ``chaos_worker`` (every ``runqueue`` process), so that ``KILL CONNECTION`` can pick the
 workers' sessions out of ``information_schema.processlist``.
@@ -19,6 +24,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 WORKER_USER = "chaos_worker"
 
@@ -44,8 +50,18 @@ def free_port(preferred: int = 3307) -> int:
 
 
 class PrivateMariaDB:
-    def __init__(self, base: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        base: Path,
+        port: int | None = None,
+        bind_address: str = "127.0.0.1",
+        launcher: list[str] | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.base = Path(base)
+        self.bind_address = bind_address
+        self.launcher = list(launcher or [])
+        self.extra_args = list(extra_args or [])
         self.datadir = self.base / "data"
         self.socket = self.base / "mariadb.sock"
         self.log = self.base / "mariadbd.log"
@@ -60,7 +76,11 @@ class PrivateMariaDB:
         return bool(self.mariadbd and self.install_db)
 
     def url(self, user: str = "root", name: str = "chaos_dbqueue") -> str:
-        return f"mysql://{user}@127.0.0.1:{self.port}/{name}"
+        return f"mysql://{user}@{self.bind_address}:{self.port}/{name}"
+
+    def admin_url(self, name: str = "chaos_dbqueue") -> str:
+        """root over the unix socket: reachable from any network namespace."""
+        return f"mysql://root@{quote(str(self.socket), safe='')}/{name}"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -103,13 +123,14 @@ class PrivateMariaDB:
         user = ["--user=mysql"] if self.as_root else []
         self.proc = subprocess.Popen(
             [
+                *self.launcher,
                 self.mariadbd,
                 "--no-defaults",
                 *user,
                 f"--datadir={self.datadir}",
                 f"--socket={self.socket}",
                 f"--port={self.port}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={self.bind_address}",
                 f"--pid-file={self.base / 'mariadbd.pid'}",
                 f"--log-error={self.log}",
                 "--skip-log-bin",
@@ -122,6 +143,7 @@ class PrivateMariaDB:
                 "--skip-name-resolve",
                 "--character-set-server=utf8mb4",
                 "--collation-server=utf8mb4_unicode_ci",
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -156,7 +178,7 @@ class PrivateMariaDB:
         try:
             import MySQLdb
 
-            conn = MySQLdb.connect(host="127.0.0.1", port=self.port, user="root", connect_timeout=2)
+            conn = MySQLdb.connect(unix_socket=str(self.socket), user="root", connect_timeout=2)
         except Exception:  # noqa: BLE001 - not up yet, whatever the reason
             return False
         conn.close()
@@ -165,7 +187,7 @@ class PrivateMariaDB:
     def sql(self, statements: str) -> None:
         import MySQLdb
 
-        conn = MySQLdb.connect(host="127.0.0.1", port=self.port, user="root", connect_timeout=5)
+        conn = MySQLdb.connect(unix_socket=str(self.socket), user="root", connect_timeout=5)
         try:
             cursor = conn.cursor()
             for statement in filter(None, (s.strip() for s in statements.split(";"))):

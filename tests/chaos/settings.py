@@ -28,3 +28,8 @@ if os.environ.get("CHAOS_CLOCK_OFFSET"):
     from tests.chaos.skew import apply
 
     apply(os.environ["CHAOS_CLOCK_OFFSET"])
+
+if os.environ.get("CHAOS_ATOMIC_IDLE_TIMEOUT"):
+    # The many-hosts harness (tests/chaos/netns) runs atomic workers with the guard off ("0")
+    # to show what it is for.
+    DBQUEUE_ATOMIC_IDLE_TIMEOUT = float(os.environ["CHAOS_ATOMIC_IDLE_TIMEOUT"])
