@@ -86,7 +86,16 @@ def run(purgeable: int, backlog: int, baseline: float, workers: int = 4) -> dict
         )
         for i in range(workers)
     ]
-    time.sleep(5 + baseline)  # start-up, then the baseline window
+    # Start-up (Django, the first claim) takes seconds on a loaded machine: the baseline window
+    # opens once every worker has claimed.
+    deadline = time.time() + 120
+    while time.time() < deadline and not all(
+        (logs / f"claims{i}.log").exists() and (logs / f"claims{i}.log").stat().st_size
+        for i in range(workers)
+    ):
+        time.sleep(0.5)
+    baseline_started = time.time()
+    time.sleep(baseline)
     purge_started = time.time()
     purge = command(
         "purgequeue", "django_dbqueue.Message", "--older-than", "30d", log=logs / "purge.out", env=env
@@ -101,7 +110,7 @@ def run(purgeable: int, backlog: int, baseline: float, workers: int = 4) -> dict
         proc.wait(timeout=120)
     after, deadlock_after = counters(), last_deadlock()
     found = [c for i in range(workers) for c in claims(logs / f"claims{i}.log")]
-    base = percentiles([t for at, t in found if purge_started - baseline <= at < purge_started])
+    base = percentiles([t for at, t in found if baseline_started <= at < purge_started])
     during = percentiles([t for at, t in found if purge_started <= at <= purge_ended])
     texts = [p.read_text() for p in logs.glob("*.out")]
     conflicts = sum(len(CONFLICT.findall(text)) for text in texts)
