@@ -11,6 +11,7 @@ from bench.chart import chart
 from bench.floors import WORKERS, median, rate
 from bench.floors import enqueue_ratio as _enqueue_ratio
 from bench.report_text import METHOD, PROFILE, contention_lines, setup_lines
+from bench.scale.report import section as scale_section
 
 ROWS = (
     ("raw", "claim1", "raw SQL, claim 1 (SKIP LOCKED), ack each"),
@@ -194,6 +195,9 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
     add("")
     add(PROFILE)
     add(METHOD)
+    # make bench-scale's section is not this run's: it is carried over as it stands.
+    if kept := scale_section(md_path.read_text() if md_path.exists() else ""):
+        lines.extend(["", kept])
     md_path.write_text("\n".join(lines) + "\n")
     chart([(label.replace("**", ""), table[(s, v)]) for s, v, label in ROWS], png_path)
 

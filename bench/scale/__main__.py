@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ["DJANGO_SETTINGS_MODULE"] = "bench.scale.settings"
+os.environ["SCALE_QUIET"] = "1"
 
 import django  # noqa: E402
 

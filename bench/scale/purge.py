@@ -72,6 +72,7 @@ def run(purgeable: int, backlog: int, baseline: float, workers: int = 4) -> dict
     fill_messages(purgeable, backlog)
     logs = Path(tempfile.mkdtemp(prefix="scale_purge_"))
     env = {**os.environ, "SCALE_DB": settings.DATABASES["default"]["NAME"], "PYTHONPATH": str(ROOT)}
+    env.pop("SCALE_QUIET", None)  # the workers' and the purge's warnings are counted
     before, deadlock_before = counters(), last_deadlock()
     procs = [
         command(

@@ -13,6 +13,10 @@ from tests.settings import DATABASES, LOGGING
 DATABASES["default"]["NAME"] = os.environ.get("SCALE_DB", "scale_big")
 DATABASES["empty"] = {**DATABASES["default"], "NAME": "scale_empty"}
 
+if os.environ.get("SCALE_QUIET"):
+    # The benchmark's own process: the rescue logs a warning per rescued row (10,000 of them).
+    LOGGING["loggers"]["django_dbqueue"]["level"] = "ERROR"
+
 if os.environ.get("SCALE_CLAIM_LOG"):
     DEBUG = True
     LOGGING["filters"] = {"claims": {"()": "bench.scale.claimlog.ClaimStatements"}}
