@@ -65,7 +65,8 @@ def _foreign_key_in_list_display(changelist: ChangeList) -> bool:
 
 def leads_an_index(opts: Any, field: models.Field) -> bool:
     """Whether an index of the model starts with ``field`` (its own, or one of Meta.indexes)."""
-    if field.db_index or field.unique or field.primary_key:
+    # Field.db_index is set by Field.__init__ but missing from django-stubs.
+    if getattr(field, "db_index", False) or field.unique or field.primary_key:
         return True
     return any(index.fields and index.fields[0].lstrip("-") == field.name for index in opts.indexes)
 
