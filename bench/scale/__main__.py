@@ -65,7 +65,16 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the databases for the next run")
     parser.add_argument("--only", default=",".join(STEPS), help=f"steps, of {','.join(STEPS)}")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    parser.add_argument("--report-from", type=Path, help="rewrite BENCHMARKS.md's block from a results JSON")
     args = parser.parse_args()
+    if args.report_from:
+        results = json.loads(args.report_from.read_text())
+        text = report.block(
+            results["meta"], results["ops"], results["pages"], results["actions"], results["purge"]
+        )
+        report.write(ROOT / "BENCHMARKS.md", results["meta"]["vendor"], text)
+        print(text)
+        return
     steps = args.only.split(",")
     if unknown := set(steps) - set(STEPS):
         parser.error(f"unknown steps {sorted(unknown)}; choose from {','.join(STEPS)}")
@@ -108,6 +117,7 @@ def main() -> None:
     ).stdout.strip()
     meta = {
         "server": name,
+        "vendor": connection.vendor,
         "started": started.strftime("%Y-%m-%d %H:%M"),
         "ended": datetime.now(UTC).strftime("%H:%M"),
         "commit": commit,
