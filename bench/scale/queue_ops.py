@@ -10,7 +10,9 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.db import connections
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from shop.models import Order
 
 from django_dbqueue.backends import db_now_plus
@@ -97,19 +99,32 @@ def expire_running(using: str) -> int:
 def rescue() -> list[dict[str, Any]]:
     """Time the rescue passes (``DBQUEUE_RESCUE_LIMIT`` rows each) that bring every expired
     order back, on both tables."""
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for using in ALIASES:
         expired = expire_running(using)
         passes, started, longest = 0, time.perf_counter(), 0.0
-        while True:
-            one = time.perf_counter()
-            done = rescue_expired(Order, using)
-            longest = max(longest, time.perf_counter() - one)
-            if not done:
-                break
-            passes += 1
+        with CaptureQueriesContext(connections[using]) as queries:
+            while True:
+                one = time.perf_counter()
+                done = rescue_expired(Order, using)
+                longest = max(longest, time.perf_counter() - one)
+                if not done:
+                    break
+                passes += 1
         total = time.perf_counter() - started
+        # Where the time went: the statements' own time by kind and table.
+        spent: dict[str, float] = {}
+        for query in queries.captured_queries:
+            words = query["sql"].replace("`", "").replace('"', "").split()
+            table = next((w for w in words if w.startswith(("shop_", "django_dbqueue_"))), "")
+            key = f"{words[0]} {table}".strip()
+            spent[key] = spent.get(key, 0.0) + float(query["time"]) * 1000
+        print(
+            f"  {using}: "
+            + ", ".join(f"{k} {v:.0f} ms" for k, v in sorted(spent.items(), key=lambda i: -i[1]))
+        )
         out[using] = {"rows": expired, "total": total * 1000, "passes": passes, "longest": longest * 1000}
+        out[using]["sql"] = spent
         print(f"  {using}: rescued {expired:,} rows in {passes} passes, {total:.2f} s", flush=True)
     big, empty = out["default"], out["empty"]
     name = (
@@ -117,6 +132,8 @@ def rescue() -> list[dict[str, Any]]:
         f"{dbq_settings.RESCUE_LIMIT}; longest pass {big['longest']:.0f} ms at 10M, "
         f"{empty['longest']:.0f} ms empty)"
     )
+    slowest = sorted(big["sql"].items(), key=lambda i: -i[1])[:3]
+    name += "; at 10M the statements' time went to " + ", ".join(f"{k} ({v:,.0f} ms)" for k, v in slowest)
     return [
         {
             "what": name,
