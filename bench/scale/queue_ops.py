@@ -4,6 +4,7 @@ finished: the claim, enqueue (one ``save()`` at a time and ``bulk_enqueue``), an
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from datetime import timedelta
@@ -115,9 +116,8 @@ def rescue() -> list[dict[str, Any]]:
         # Where the time went: the statements' own time by kind and table.
         spent: dict[str, float] = {}
         for query in queries.captured_queries:
-            words = query["sql"].replace("`", "").replace('"', "").split()
-            table = next((w for w in words if w.startswith(("shop_", "django_dbqueue_"))), "")
-            key = f"{words[0]} {table}".strip()
+            found = re.search(r"(?:FROM|INTO|UPDATE)\s+[`\"]?(\w+)", query["sql"])
+            key = f"{query['sql'].split()[0]} {found.group(1) if found else ''}".strip()
             spent[key] = spent.get(key, 0.0) + float(query["time"]) * 1000
         print(
             f"  {using}: "
