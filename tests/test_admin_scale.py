@@ -177,3 +177,12 @@ def test_the_dashboard_reads_a_bounded_number_of_running_rows(
     assert holders and all("LIMIT 3" in sql for sql in holders), holders
     response = admin_client.get(reverse("admin:shop_order_dbqueue_dashboard"))
     assert b'id="dbqueue-holders-limited"' in response.content
+
+
+def test_the_example_orders_have_the_indexes_its_filters_need() -> None:
+    from django_dbqueue.admin.stats import has_index
+
+    # In the database (shop's migration 0005): the status filter, the finished range alone,
+    # and the finished range of one state (the list, its count and "select all" over it).
+    for columns in (("status",), ("queue_finished_at",), ("queue_state", "queue_finished_at")):
+        assert has_index(Order, "default", columns), columns
