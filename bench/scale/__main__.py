@@ -112,9 +112,13 @@ def main() -> None:
             for using in ("default", "empty"):
                 build.drop(using)
             print("dropped scale_big and scale_empty", flush=True)
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    # SCALE_COMMIT: the commit of a copy of the tree without .git (a run from a snapshot).
+    commit = (
+        os.environ.get("SCALE_COMMIT")
+        or subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+    )
     meta = {
         "server": name,
         "vendor": connection.vendor,
