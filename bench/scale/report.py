@@ -11,7 +11,7 @@ from typing import Any
 
 HEADING = "## Scale: 10 million rows"
 INTRO = """
-`make bench-scale` (`bench/scale/`, under `flock /tmp/dbq-heavy.lock`): the example shop's `Order`
+`make bench-scale` (`bench/scale/`, run alone on the machine): the example shop's `Order`
 (QueueMixin, its `OrderAdmin` as shipped) with 10,000,000 orders of 5,000 customers spread over 30
 days (97% succeeded, 1% failed, 0.4% cancelled, 0.5% idle, 1% ready of which half scheduled in the
 next day, 0.1% running), 10,000,000 attempt-history rows and 1,000,000 finished messages, in a
