@@ -10,7 +10,7 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django \
-        lint check docs package example bench bench-quick bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
+        lint check docs package example bench bench-quick bench-scale bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
 
 help:
 	@echo "make example   - run the example shop end to end: Python >= 3.12 and SQLite only, no root"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
 	@echo "make bench-spark - the Spark pipeline, 10M rows, on a standalone cluster and on local[*] (~30 min)"
 	@echo "make test-spark-cluster - the pipeline on a Spark standalone cluster started by the test (~2 min)"
+	@echo "make bench-scale - 10,000,000 rows: claim, enqueue, admin, rescue, purge under 4 workers (~30 min a server)"
 
 # -- environment ----------------------------------------------------------------------------
 
@@ -167,6 +168,17 @@ bench-flow: venv services
 bench-request-reply: venv services
 	DATABASE_URL=mysql://root@127.0.0.1:3306/bench_rr $(PY) bench/request_reply.py
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_rr $(PY) bench/request_reply.py
+
+# The queue at 10,000,000 rows (issue #25; bench/scale/): claim and enqueue beside an empty table,
+# the admin's pages and bulk actions, the rescue of 10,000 expired leases, and a purge of 1,000,000
+# messages under 4 runqueue workers, on each server of SCALE_URLS in turn. Each builds databases
+# scale_big and scale_empty there (~10 GB on disk for both servers) and drops them at the end
+# (SCALE_ARGS=--keep keeps them for the next run; --rows 1000000 for a quick one). Rewrites each
+# server's block of BENCHMARKS.md's "Scale: 10 million rows". Not in `make test`.
+SCALE_URLS ?= mysql://root@127.0.0.1:3306/scale_big postgres://postgres@127.0.0.1:5432/scale_big
+SCALE_ARGS ?=
+bench-scale: venv services
+	for url in $(SCALE_URLS); do DATABASE_URL=$$url $(PY) -m bench.scale $(SCALE_ARGS) || exit 1; done
 
 # -- example --------------------------------------------------------------------------------
 

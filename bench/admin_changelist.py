@@ -43,7 +43,7 @@ django.setup()
 
 from django.contrib.auth.models import User  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, connections  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.urls import reverse  # noqa: E402
@@ -120,13 +120,14 @@ FROM {seq}
 """
 
 
-def fill_sql(template: str, n: int) -> str:
-    """``template`` in this server's dialect (every value is computed, none comes from input)."""
+def fill_sql(template: str, n: int, start: int = 1) -> str:
+    """``template`` in this server's dialect for ``seq`` from ``start`` to ``n`` (every value
+    is computed, none comes from input)."""
     if connection.vendor == "mysql":
-        seq, now = f"seq_1_to_{n}", "@now"
+        seq, now = f"seq_{start}_to_{n}", "@now"
         shift = "{now} {sign} INTERVAL ({secs}) SECOND"
     else:
-        seq, now = f"generate_series(1, {n}) AS s(seq)", "now()"
+        seq, now = f"generate_series({start}, {n}) AS s(seq)", "now()"
         shift = "{now} {sign} ({secs}) * INTERVAL '1 second'"
     ago = shift.format(now=now, sign="-", secs="MOD(seq, 2592000)")
     return template.format(
@@ -160,10 +161,10 @@ def fill_example(n: int, refill: bool) -> None:
         analyse(["shop_customer", "shop_order"])
 
 
-def analyse(tables: list[str]) -> None:
+def analyse(tables: list[str], using: str = "default") -> None:
     """Fresh statistics (the row estimate) and, on PostgreSQL, a fresh visibility map: an
     index-only scan reads the heap for every page autovacuum has not yet marked all-visible."""
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         for table in tables:
             if connection.vendor == "mysql":
                 cursor.execute(f"ANALYZE TABLE {table}")

@@ -12,6 +12,20 @@ from bench.floors import WORKERS, median, rate
 from bench.floors import enqueue_ratio as _enqueue_ratio
 from bench.report_text import METHOD, PROFILE, contention_lines, setup_lines
 
+#: Sections that other targets write, at the end of BENCHMARKS.md, kept by this rewrite.
+KEPT = (
+    "## Scale: 10 million rows",
+    "## Spark pipeline on a standalone cluster",
+    "## History at 10 million rows",
+)
+
+
+def kept_sections(content: str) -> str:
+    """BENCHMARKS.md's text from the first kept section to its end ('' if none)."""
+    starts = [at for heading in KEPT if (at := content.find(heading)) >= 0]
+    return content[min(starts) :].rstrip("\n") if starts else ""
+
+
 ROWS = (
     ("raw", "claim1", "raw SQL, claim 1 (SKIP LOCKED), ack each"),
     ("raw", "claim100", "raw SQL, claim 100, ack each"),
@@ -194,6 +208,10 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
     add("")
     add(PROFILE)
     add(METHOD)
+    # The sections of make bench-scale, bench-spark and bench-history are not this run's: they
+    # are carried over as they stand.
+    if kept := kept_sections(md_path.read_text() if md_path.exists() else ""):
+        lines.extend(["", kept])
     md_path.write_text("\n".join(lines) + "\n")
     chart([(label.replace("**", ""), table[(s, v)]) for s, v, label in ROWS], png_path)
 

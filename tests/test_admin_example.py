@@ -41,7 +41,12 @@ def test_the_page_query_does_not_join_and_customers_come_by_the_pages_ids(
     html = response.content.decode()
     assert "customer 3" in html  # the related column is still shown
     statements = [q["sql"] for q in queries.captured_queries]
-    page = [s for s in statements if f"FROM {table('shop_order')}" in s and "LIMIT" in s.upper()]
+    # (Not the bounded count of RUNNING rows before "My items": ``COUNT(*) … LIMIT 1001``.)
+    page = [
+        s
+        for s in statements
+        if f"FROM {table('shop_order')}" in s and "LIMIT" in s.upper() and not s.startswith("SELECT COUNT(")
+    ]
     assert len(page) == 1, statements
     assert "JOIN" not in page[0].upper(), page[0]
     # At most one statement brings the page's customers, by the page's ids; none per row.

@@ -8,6 +8,13 @@ after one page). ``QueueChangeList`` keeps the page query on the queue table wha
 ``list_select_related`` says, and fetches the related rows of the page's rows only, with one
 ``WHERE pk IN (…)`` per relation (``prefetch_related``) — the same objects on the page, no
 query per row. Counting and bulk actions never join either.
+
+A list filtered by a date range on a column that leads an index is ordered by that column,
+newest first (unless a column header asks for another order). In key order the database walks
+the primary key until it finds a page of rows in the range, and the rows of a range are rarely
+the newest keys: at 10,000,000 orders, a three-day range of ``queue_finished_at`` walked 1.3
+million keys per page. In the column's order the index holds the range in order: one seek, then
+a page of entries (docs/admin-pages.md).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from django.contrib.admin.views.main import PAGE_VAR, ChangeList
+from django.contrib.admin.views.main import ORDER_VAR, PAGE_VAR, ChangeList
 from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 
@@ -56,6 +63,27 @@ def _foreign_key_in_list_display(changelist: ChangeList) -> bool:
     return False
 
 
+def leads_an_index(opts: Any, field: models.Field) -> bool:
+    """Whether an index of the model starts with ``field`` (its own, or one of Meta.indexes)."""
+    # Field.db_index is set by Field.__init__ but missing from django-stubs.
+    if getattr(field, "db_index", False) or field.unique or field.primary_key:
+        return True
+    return any(index.fields and index.fields[0].lstrip("-") == field.name for index in opts.indexes)
+
+
+def ranged_date_column(changelist: ChangeList) -> str | None:
+    """The indexed date column a range filter of the changelist is restricting, if any
+    (django-admin-rangefilter's parameters: ``<field>__range__gte_0``, ``…__lte_0``)."""
+    opts = changelist.lookup_opts
+    for field in opts.concrete_fields:
+        if not isinstance(field, models.DateField):  # DateTimeField is a DateField
+            continue
+        prefix = f"{field.name}__range__"
+        if any(key.startswith(prefix) and value for key, value in changelist.params.items()):
+            return field.name if leads_an_index(opts, field) else None
+    return None
+
+
 class QueueChangeList(ChangeList):
     def get_filters_params(self, params: dict[str, Any] | None = None) -> dict[str, Any]:
         # A page link's cursor is not a filter (Django would look for a field of that name).
@@ -74,6 +102,13 @@ class QueueChangeList(ChangeList):
         if isinstance(paginator, EstimatedCountPaginator) and isinstance(target, int):
             new_params[KEY_VAR] = paginator.link_cursor(target)
         return super().get_query_string(new_params, remove)
+
+    def get_ordering(self, request: Any, queryset: models.QuerySet) -> list[Any]:
+        ordering = super().get_ordering(request, queryset)
+        if self.params.get(ORDER_VAR):  # a column header chose the order
+            return ordering
+        column = ranged_date_column(self)
+        return [f"-{column}", "-pk"] if column else ordering
 
     def apply_select_related(self, qs: models.QuerySet) -> models.QuerySet:
         related = related_to_fetch(self)

@@ -230,7 +230,8 @@ class QueueAdminMixin(
             query = request.GET.urlencode()
             context["take_url"] = self._dbqueue_url("take") + (f"?{query}" if query else "")
             context["mine_url"] = self._dbqueue_url("mine")
-            context["my_count"] = number(self.dbqueue_my_items(request).count())
+            mine = self.dbqueue_my_count(request)
+            context["my_count"] = None if mine is None else number(mine)
         return context
 
     # -- dashboard -----------------------------------------------------------------------

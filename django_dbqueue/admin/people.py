@@ -98,6 +98,11 @@ class PeopleAdminMixin(QueueAdminBase):
     #: Largest N of "take the next N", and the number the form suggests.
     dbqueue_take_max: int = 100
     dbqueue_take_default: int = 5
+    #: The list's "My items (N)" counts only while at most this many rows are RUNNING: a
+    #: person's items are found by ``queue_locked_by``, which no index holds, so counting them
+    #: reads every running row — 10,000 of them took 0.76 s on a 10,000,000-row table whose
+    #: rows were not in memory (MariaDB). Above it the link shows no number.
+    dbqueue_my_count_limit: int = 1000
     dbqueue_mine_template = "admin/django_dbqueue/my_items.html"
 
     def dbqueue_worker_id(self, request: HttpRequest) -> str:
@@ -123,6 +128,14 @@ class PeopleAdminMixin(QueueAdminBase):
         return self.dbqueue_write_queryset().filter(
             queue_state=QueueState.RUNNING, queue_locked_by=self.dbqueue_worker_id(request)
         )
+
+    def dbqueue_my_count(self, request: HttpRequest) -> int | None:
+        """How many items the person holds; None when too many rows are RUNNING to count
+        them cheaply (the running rows are counted from the state index alone)."""
+        running = self.dbqueue_write_queryset().filter(queue_state=QueueState.RUNNING).order_by()
+        if running.values("pk")[: self.dbqueue_my_count_limit + 1].count() > self.dbqueue_my_count_limit:
+            return None
+        return self.dbqueue_my_items(request).count()
 
     def _dbqueue_url(self, name: str) -> str:
         return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_dbqueue_{name}")

@@ -10,6 +10,7 @@ finished row).
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +29,10 @@ EXACT_LIMIT = 100_000
 #: Tables estimated above this many rows need the finished-at index for "last hour" numbers.
 SCAN_LIMIT = 200_000
 FINISHED_INDEX = ("queue_state", "queue_finished_at")
+#: Running rows read to tell who holds what. ``queue_locked_by`` is in no index, so each is a
+#: row read: 10,000 running rows of a 10,000,000-row table took 0.97 s (MariaDB, rows not in
+#: memory). Beyond this many the holders are those of the first rows read, said so.
+HOLDERS_LIMIT = 1000
 
 
 def queue_stats(model: Any, using: str | None = None, exact_limit: int | None = None) -> dict[str, Any]:
@@ -88,12 +93,12 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int | None = 
         stats["succeeded_last_hour"] = hour.get(QueueState.SUCCEEDED, 0)
         stats["failed_last_hour"] = hour.get(QueueState.FAILED, 0)
     holders = list(
-        qs.filter(queue_state=QueueState.RUNNING, queue_locked_until__gt=DbNow())
-        .values_list("queue_locked_by")
-        .annotate(n=Count("pk"))
-        .order_by("queue_locked_by")
+        qs.filter(queue_state=QueueState.RUNNING, queue_locked_until__gt=DbNow()).values_list(
+            "queue_locked_by", flat=True
+        )[: HOLDERS_LIMIT + 1]
     )
-    held = {who or "": n for who, n in holders}
+    stats["holders_limited"] = HOLDERS_LIMIT if len(holders) > HOLDERS_LIMIT else None
+    held = dict(sorted(Counter(who or "" for who in holders[:HOLDERS_LIMIT]).items()))
     stats["people"] = [(who[5:], n) for who, n in held.items() if who.startswith("user:")]
     # Live workers: those the registry saw within three heartbeats that consume this model,
     # with the rows each holds, then lease holders the registry does not know (yet).
