@@ -9,7 +9,7 @@ SQLITE_URL ?= sqlite:///$(CURDIR)/tests/dbqueue.sqlite3
 PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
-.PHONY: help venv system-deps services test test-mariadb test-postgresql test-sqlite test-django \
+.PHONY: help venv system-deps services test test-databases test-mariadb test-postgresql test-sqlite test-django \
         lint check docs package example bench bench-quick bench-scale bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
 
 help:
@@ -48,7 +48,12 @@ services:
 
 # -- tests ----------------------------------------------------------------------------------
 
-test: venv services lint check docs package test-mariadb test-postgresql test-sqlite test-django
+test: venv services lint check docs package test-databases test-django
+
+# The three databases' suites run side by side (each on its own server or file); -O prints each
+# suite's output whole when it ends, so the log reads as if they had run one after another.
+test-databases: venv services
+	$(MAKE) --no-print-directory -j3 -O test-mariadb test-postgresql test-sqlite
 
 lint: venv
 	$(VENV)/bin/ruff check django_dbqueue tests example_project docs $(wildcard bench)
@@ -85,7 +90,9 @@ DJANGO_PIN_52 := Django>=5.2,<5.3
 DJANGO_PIN_60 := Django>=6.0,<6.1
 SMOKE ?= -m "not slow and not processes and not spark and not browser" --ignore=tests/chaos
 
-test-django: $(DJANGO_SERIES:%=test-django-%)
+# The series run side by side, each on databases of its own (dbqueue52, dbqueue60, ...).
+test-django: venv services $(DJANGO_SERIES:%=.venv-django%/.installed)
+	$(MAKE) --no-print-directory -j2 -O $(DJANGO_SERIES:%=test-django-%)
 
 .venv-django%/.installed: pyproject.toml
 	$(if $(DJANGO_PIN_$*),,$(error no DJANGO_PIN_$* in the Makefile for Django series $*))
@@ -98,9 +105,9 @@ test-django: $(DJANGO_SERIES:%=test-django-%)
 
 test-django-%: venv services .venv-django%/.installed
 	@.venv-django$*/bin/python -c 'import django; print("Django", django.get_version())'
-	DATABASE_URL=$(MARIADB_URL) .venv-django$*/bin/python -m pytest -q $(SMOKE)
-	DATABASE_URL=$(POSTGRES_URL) .venv-django$*/bin/python -m pytest -q $(SMOKE)
-	DATABASE_URL=$(SQLITE_URL) .venv-django$*/bin/python -m pytest -q $(SMOKE)
+	DATABASE_URL=$(MARIADB_URL)$* .venv-django$*/bin/python -m pytest -q $(SMOKE)
+	DATABASE_URL=$(POSTGRES_URL)$* .venv-django$*/bin/python -m pytest -q $(SMOKE)
+	DATABASE_URL=$(SQLITE_URL:.sqlite3=$*.sqlite3) .venv-django$*/bin/python -m pytest -q $(SMOKE)
 
 # The long chaos run: it starts its own MariaDB server (never the shared one) in a private
 # temporary folder of its own, and prints the results table (RELIABILITY.md). The results JSON
@@ -207,7 +214,7 @@ clean:
 # master and two 1-core workers started from the PySpark distribution, tests/spark_cluster.py)
 # and on local[*]: enqueue_dataframe of SPARK_BENCH_ROWS rows, its idempotent re-run, and
 # queue_report over SPARK_BENCH_HISTORY_ROWS history rows. The database is dropped afterwards.
-# Run it alone on the machine: flock /tmp/dbq-heavy.lock make bench-spark.
+# Run it alone on the machine (nothing else busy), as every benchmark.
 # bench-spark-paths (bench/spark_bench.py): 1M rows three ways (Spark, ORM bulk_create,
 # executemany), fresh and re-run, and the report, on local[2].
 SPARK_BENCH_URL ?= mysql://root@127.0.0.1:3306/spark_bench
