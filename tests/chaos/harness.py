@@ -40,6 +40,38 @@ from .mariadb import WORKER_USER, PrivateMariaDB
 from .skew import parse as parse_offset
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_to_json(args: list[str], out: Path, timeout: float) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """``python -m <args> --json out`` from the repo's root, with the settings the run picks
+    itself; its results JSON, or an assertion error with the run's output when it wrote none."""
+    proc = subprocess.run(
+        [sys.executable, "-m", *args, "--json", str(out)],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-6000:]
+    return proc, json.loads(out.read_text())
+
+
+def migrate_private_database(admin_url: str, worker_url: str) -> dict[str, str]:
+    """Point this process's Django at the private server (``admin_url``), migrate it, and return
+    the environment of the worker processes, which connect as ``worker_url``'s account."""
+    os.environ["CHAOS_DATABASE_URL"] = admin_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.chaos.settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DBQUEUE_TEST_DB", "DATABASE_URL"))}
+    env["CHAOS_DATABASE_URL"] = worker_url
+    env["PYTHONPATH"] = str(ROOT)
+    return env
 POISON = 99  # fail_times of a row that fails every attempt
 MODELS = ("testapp.ChaosLeaseJob", "testapp.ChaosAtomicJob", "testapp.ChaosAtomicSingleJob")
 
@@ -239,18 +271,7 @@ class Harness:
     def setup(self) -> None:
         self.logdir.mkdir(parents=True)
         self.db.create()
-        os.environ["CHAOS_DATABASE_URL"] = self.db.url("root")
-        os.environ["DJANGO_SETTINGS_MODULE"] = "tests.chaos.settings"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DBQUEUE_TEST_DB", "DATABASE_URL"))}
-        env["CHAOS_DATABASE_URL"] = self.db.url(WORKER_USER)
-        env["PYTHONPATH"] = str(ROOT)
-        self.worker_env = env
+        self.worker_env = migrate_private_database(self.db.url("root"), self.db.url(WORKER_USER))
 
     def skew_env(self, offset: str) -> dict[str, str]:
         return {"CHAOS_CLOCK_OFFSET": offset}

@@ -7,14 +7,11 @@ the database under test; it runs once, in the MariaDB pass of ``make test``. The
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.chaos.harness import MUST_BE_ZERO, ROOT, problems, table
+from tests.chaos.harness import MUST_BE_ZERO, ROOT, problems, run_to_json, table
 from tests.chaos.mariadb import PrivateMariaDB
 
 pytestmark = [
@@ -31,16 +28,7 @@ def test_quick_chaos_run_loses_nothing_and_doubles_nothing(tmp_path) -> None:
         pytest.skip("mariadbd / mariadb-install-db not installed (apt-get install mariadb-server)")
     # The run makes (and, when it passes, removes) its own private folder for the server.
     out = tmp_path / "results.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.chaos", "--json", str(out)],
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-6000:]
-    results = json.loads(out.read_text())
+    proc, results = run_to_json(["tests.chaos"], out, timeout=240)
     report = table(results)
     print(report)
     counters = results["counters"]

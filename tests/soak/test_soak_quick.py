@@ -4,14 +4,11 @@ is lost or doubled, or if the run did not do what the soak promises (kills, purg
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.chaos.harness import ROOT
+from tests.chaos.harness import run_to_json
 from tests.soak.analysis import MUST_BE_ZERO
 from tests.soak.report import problems, table
 
@@ -27,16 +24,7 @@ pytestmark = [
 
 def test_a_one_minute_soak_accounts_for_every_item(tmp_path) -> None:
     out = tmp_path / "soak.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.soak", "--minutes", "1", "--capacity-rows", "1500", "--json", str(out)],
-        cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-6000:]
-    results = json.loads(out.read_text())
+    proc, results = run_to_json(["tests.soak", "--minutes", "1", "--capacity-rows", "1500"], out, timeout=600)
     report = table(results)
     print(report)
     counters = results["counters"]

@@ -28,7 +28,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from ..harness import ROOT, table_labels
+from ..harness import ROOT, migrate_private_database, table_labels
 from ..mariadb import WORKER_USER, PrivateMariaDB
 from .network import Network
 
@@ -115,18 +115,7 @@ class NetnsRun:
     def setup(self) -> None:
         self.logdir.mkdir(parents=True, exist_ok=True)
         self.db.create()
-        os.environ["CHAOS_DATABASE_URL"] = self.db.admin_url()
-        os.environ["DJANGO_SETTINGS_MODULE"] = "tests.chaos.settings"
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DBQUEUE_TEST_DB", "DATABASE_URL"))}
-        env["CHAOS_DATABASE_URL"] = self.db.url(WORKER_USER)
-        env["PYTHONPATH"] = str(ROOT)
-        self.worker_env = env
+        self.worker_env = migrate_private_database(self.db.admin_url(), self.db.url(WORKER_USER))
 
     def sql(self, statement: str, params: list[Any] | None = None) -> list[tuple]:
         from django.db import connection
