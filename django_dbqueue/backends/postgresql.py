@@ -16,10 +16,8 @@ from .base import QueueBackend, run_quietly
 from .postgresql_partitions import PostgreSQLPartitioning
 
 if TYPE_CHECKING:
-    from django.db.models import Model
-
-if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.models import Model
 
 logger = logging.getLogger("django_dbqueue.backends")
 
