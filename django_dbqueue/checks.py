@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, cast
 
+import django
+from django.apps import apps
 from django.conf import settings as django_settings
 from django.core import checks
 from django.db import connections
 
-from . import limits, unique
 from .backends import backend_for
+from .fairness import options as fairness
+from .flow import limits, unique
 from .models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
 from .retry import RetryPolicy
 from .settings_checks import check_settings  # noqa: F401 - registers the settings checks
+
+#: The index aging reads its longest-waiting rows from (docs/fair-share.md).
+AGING_INDEX_FIELDS = ("queue_state", "queue_run_at")
 
 
 @checks.register(checks.Tags.models)
@@ -92,6 +99,10 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
             )
     errors.extend(_check_unique(model))
     errors.extend(checks.Error(text, obj=model, id="django_dbqueue.E030") for text in limits.problems(model))
+    errors.extend(
+        checks.Error(text, obj=model, id="django_dbqueue.E050") for text in fairness.problems(model)
+    )
+    errors.extend(_check_aging_index(model))
     if inspect.isgeneratorfunction(model.process):
         errors.append(
             checks.Error(
@@ -114,6 +125,27 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
     return errors
 
 
+def _check_aging_index(model: type[QueueMixin]) -> list[checks.CheckMessage]:
+    """Aging takes the longest-waiting rows first: without an index that starts with
+    ``(queue_state, queue_run_at)`` that read sorts every due row (and MySQL locks what it reads)."""
+    if getattr(model, "queue_aging", None) is None or getattr(model, "queue_fair_key", None) is not None:
+        return []  # no aging, or aging inside the fair ranking (which reads the due rows anyway)
+    owner = model._meta.concrete_model
+    assert owner is not None
+    if any(tuple(index.fields[:2]) == AGING_INDEX_FIELDS for index in owner._meta.indexes):
+        return []
+    return [
+        checks.Warning(
+            f"{model._meta.label}.queue_aging has no index to read the longest-waiting rows from: each "
+            "claim sorts every due row.",
+            hint=f"Add models.Index(fields={list(AGING_INDEX_FIELDS)!r}) to Meta.indexes (Meta inheriting "
+            "QueueMixin.Meta).",
+            obj=model,
+            id="django_dbqueue.W050",
+        )
+    ]
+
+
 def _check_unique(model: type[QueueMixin]) -> list[checks.CheckMessage]:
     """A duplicate policy needs the key column, and must be one that exists."""
     label, policy = model._meta.label, getattr(model, "queue_unique", None)
@@ -133,7 +165,7 @@ def _check_unique(model: type[QueueMixin]) -> list[checks.CheckMessage]:
             checks.Error(
                 f"{label} sets queue_unique but has no unique key column: nothing would stop a duplicate.",
                 hint=f"Declare {unique.KEY_FIELD} = QueueUniqueKey('field', ...) "
-                "(from django_dbqueue.unique) and make a migration.",
+                "(from django_dbqueue.flow) and make a migration.",
                 obj=model,
                 id="django_dbqueue.E041",
             )
@@ -177,4 +209,74 @@ def check_schedules(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> 
     return [
         checks.Error(f"schedule {problem}", hint="See docs/schedules.md.", id="django_dbqueue.E050")
         for problem in problems.values()
+    ]
+
+
+@checks.register()
+def check_installed_apps(
+    app_configs: Iterable[Any] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """The queue's admin pages render django-admin-rangefilter's templates (the date and number
+    range filters): without ``rangefilter`` in ``INSTALLED_APPS`` ``check`` would pass and the
+    first changelist would crash with ``TemplateDoesNotExist`` (E008)."""
+    if not apps.is_installed("django.contrib.admin") or apps.is_installed("rangefilter"):
+        return []
+    return [
+        checks.Error(
+            "django_dbqueue's admin needs 'rangefilter' (django-admin-rangefilter) in INSTALLED_APPS: "
+            "without it every queue changelist fails with TemplateDoesNotExist.",
+            hint="Add 'rangefilter' to INSTALLED_APPS (it is installed with django-dbqueue).",
+            id="django_dbqueue.E008",
+        )
+    ]
+
+
+@checks.register()
+def check_database_settings(
+    app_configs: Iterable[Any] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Settings of a database the queue works badly with (W002: SQLite without IMMEDIATE
+    transactions). Read from ``DATABASES`` only, so it runs without a connection."""
+    warnings: list[checks.CheckMessage] = []
+    for alias in connections:
+        problem = backend_for(alias).configuration_warning()
+        if problem:
+            warnings.append(
+                checks.Warning(
+                    problem,
+                    hint=f"Set DATABASES[{alias!r}]['OPTIONS'] = "
+                    '{"transaction_mode": "IMMEDIATE", "timeout": 30} (see docs/reference/databases.md).',
+                    id="django_dbqueue.W002",
+                )
+            )
+    return warnings
+
+
+@checks.register()
+def check_tasks_setting(app_configs: Iterable[Any] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """``TASKS`` on a Django without ``django.tasks`` (5.2): Django ignores it without a word (W060).
+
+    The ``django-tasks`` backport reads the same setting, so it is only named when it is absent or
+    when a backend of ours is configured (``django_dbqueue.tasks`` needs Django's own module)."""
+    tasks = getattr(django_settings, "TASKS", None)
+    if not tasks:
+        return []
+    try:
+        importlib.import_module("django.tasks")  # Django >= 6.0
+    except ImportError:
+        pass
+    else:
+        return []
+    ours = any("django_dbqueue" in str(alias.get("BACKEND", "")) for alias in dict(tasks).values())
+    if not ours and "django_tasks" in django_settings.INSTALLED_APPS:
+        return []  # the backport's own backends read TASKS
+    return [
+        checks.Warning(
+            f"TASKS is set, but Django {django.get_version()} has no django.tasks: nothing reads it "
+            "and no task is ever enqueued.",
+            hint="django.tasks is new in Django 6.0: upgrade to Django 6.0+ to use "
+            "django_dbqueue.tasks.DatabaseBackend; on Django 5.2, the django-tasks backport "
+            "(pip install django-tasks) has backends of its own. Or remove TASKS.",
+            id="django_dbqueue.W060",
+        )
     ]

@@ -7,10 +7,11 @@ declarations are what ``settings.<NAME>`` reads and what the system checks
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from django.conf import settings as django_settings
+
+from django_dbqueue.compat import StrEnum
 
 if TYPE_CHECKING:
     from .retry import RetryPolicy
@@ -28,10 +29,14 @@ class Kind(StrEnum):
     RETRY_POLICY = "None or a retry policy (e.g. ExponentialBackoff(), NoRetry())"
     PATH = "a non-empty file path (str or Path)"
     SCHEDULES = "a dict of schedule declarations by name (docs/schedules.md)"
+    TARGETS = "a list of schedule targets ('task:<path>', 'message:<kind>', 'model:<app_label.Model>')"
     PARTITIONS = 'None, "daily" or "monthly"'
 
 
-class Setting[T]:
+T = TypeVar("T")  # PEP 695's `class Setting[T]` needs Python 3.12
+
+
+class Setting(Generic[T]):
     """One ``DBQUEUE_<NAME>`` setting: read on the instance, its declaration on the class.
 
     ``low``/``high`` bound numbers (inclusive); the kind says what else a value must be."""
@@ -59,6 +64,7 @@ class Setting[T]:
 
 SECONDS, WHOLE, FLAG = Kind.SECONDS, Kind.WHOLE, Kind.FLAG
 RETRY_POLICY, PATH, SCHEDULES = Kind.RETRY_POLICY, Kind.PATH, Kind.SCHEDULES
+TARGETS = Kind.TARGETS
 PARTITIONS = Kind.PARTITIONS
 
 
@@ -87,6 +93,9 @@ class Settings:
     RESCUE_LIMIT = Setting(500, WHOLE, 1, 100_000)
     #: Seconds between two flushes of batched successes in lease mode.
     FLUSH_INTERVAL = Setting(1.0, SECONDS, 0.01, 3600)
+    #: Fair share (``queue_fair_key``): rows the fair ranking offers a claim per row it wants,
+    #: so concurrent claimers that ranked alike still fill their batches (docs/fair-share.md).
+    FAIR_CANDIDATES = Setting(4, WHOLE, 1, 100)
     #: Characters of a failure's traceback kept in ``queue_last_error``.
     MAX_ERROR_LENGTH = Setting(20_000, WHOLE, 1, 1_000_000)
     #: How often a claim is retried after a deadlock or lock-wait timeout (0: never).
@@ -110,6 +119,9 @@ class Settings:
     SPARK_JDBC_JAR = Setting("/usr/share/java/mariadb-java-client.jar", PATH)
     #: Recurring jobs declared in settings, by name (docs/schedules.md; each is checked).
     SCHEDULES: Setting[dict[str, Any]] = Setting({}, SCHEDULES)
+    #: Targets the admin may schedule besides those the declared schedules have (the
+    #: allowlist: a schedule row runs nothing else; docs/schedules.md).
+    SCHEDULE_TARGETS: Setting[list[str]] = Setting([], TARGETS)
     #: Seconds between two firing ticks of a worker (one indexed query when nothing is due).
     SCHEDULE_INTERVAL = Setting(1.0, SECONDS, 0.05, 3600)
     #: Seconds late a slot may be found and still fire under ``catch_up="skip"``.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import traceback
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 
 class QueueError(Exception):
@@ -29,6 +29,14 @@ class Discard(Exception):
     """Raise from ``process()`` to fail the row for good (FAILED, no retry) with a reason."""
 
 
+class WaitTimeout(Discard):
+    """Raised by a workflow's ``wait_for()`` whose event did not come before its timeout.
+
+    Catch it to take another path (cancel the order, remind the customer); left uncaught,
+    the row ends FAILED with this reason, since no retry brings the event back in time (a
+    replay of the workflow raises it again: the timeout is checkpointed)."""
+
+
 class JobTimeout(BaseException):
     """Raised inside a handler that ran longer than its model's ``queue_timeout``.
 
@@ -42,6 +50,29 @@ class JobCancelled(BaseException):
 
     A BaseException like :class:`JobTimeout`, so a broad ``except Exception`` in a handler
     does not swallow it; a handler may catch it to clean up, and should then re-raise."""
+
+
+class Park(BaseException):
+    """Raised from ``process()`` to end this run and park the row: READY again, due at
+    ``until`` (a datetime, a delay from the database's clock, or None: now), this attempt not
+    counted. What the run did is kept: in atomic mode it commits with the row's new due
+    time, in one transaction. ``then`` is called inside that transaction once the row is
+    written (its lock held): a durable workflow's wait checks there for an event sent while
+    it was parking (docs/howto/workflows.md).
+
+    Raised by :mod:`django_dbqueue.workflows` (``sleep()``, ``wait_for()``, the next step in
+    atomic mode). A BaseException like :class:`JobCancelled`, so that a handler's broad
+    ``except Exception`` cannot swallow it."""
+
+    def __init__(
+        self,
+        until: datetime | timedelta | None = None,
+        reason: str = "",
+        then: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(reason or "parked")
+        self.until = until
+        self.then = then
 
 
 class DuplicateJob(QueueError):
@@ -72,21 +103,6 @@ class DependencyCycle(InvalidDependency):
 class InvalidCallback(QueueError, TypeError):
     """A batch callback that is not a job: a ``batches.message()``, a task or a queue row.
     Nothing was written."""
-
-
-def describe_error(error: BaseException | str) -> str:
-    """The text kept in ``queue_last_error``: the full traceback of an exception."""
-    if isinstance(error, BaseException):
-        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    else:
-        text = str(error)
-    from .conf import settings
-
-    limit = settings.MAX_ERROR_LENGTH
-    if len(text) > limit:
-        # Keep the end: the innermost frames and the message explain a failure.
-        text = "…[truncated]\n" + text[-limit:]
-    return text
 
 
 class ReplyTimeout(QueueError, TimeoutError):

@@ -1,141 +1,21 @@
-"""The attempt history: one ``QueueAttempt`` row per attempt of every queue row.
+"""Deprecated: ``django_dbqueue.history`` moved into the engine, :mod:`django_dbqueue.queue.history`.
 
-Written by the outcomes module in the same transaction as the outcome it describes (one
-``bulk_create`` per batch of outcomes), so history and queue state never disagree. Turn it
-off with ``DBQUEUE_HISTORY = False`` or per model with ``queue_history = False``; prune it
-with ``manage.py purgequeue --attempts-older-than``.
+``AttemptOutcome`` is imported from :mod:`django_dbqueue.states`, ``QueueAttempt`` from
+:mod:`django_dbqueue.models`; this module goes in 0.4.0 (CHANGELOG.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+import warnings
 
-from django.apps import apps
-from django.db import connections, models
+from .queue.history import attempt_model, history_enabled
+from .states import AttemptOutcome
 
-from .backends import backend_for
-from .conf import settings
+__all__ = ["AttemptOutcome", "attempt_model", "history_enabled"]
 
-if TYPE_CHECKING:
-    from .models import QueueAttempt, QueueMixin
-
-#: Error text kept per attempt (the full traceback stays on the row's queue_last_error).
-HISTORY_ERROR_LENGTH = 4000
-
-
-class AttemptOutcome(models.TextChoices):
-    SUCCEEDED = "succeeded", "Succeeded"
-    RETRIED = "retried", "Failed, retried later"
-    FAILED = "failed", "Failed for good"
-    LOST = "lost", "Lease expired (worker lost)"
-    CANCELLED = "cancelled", "Cancelled while running"
-
-
-def history_enabled(model: type[QueueMixin]) -> bool:
-    own = getattr(model, "queue_history", None)
-    return settings.HISTORY if own is None else bool(own)
-
-
-def attempt_model() -> type[QueueAttempt]:
-    # Looked up, not imported: the history model lives in models/, which sits above this
-    # module (the queue mixin there declares a manager built on query.py and outcomes.py).
-    return apps.get_model("django_dbqueue", "QueueAttempt")
-
-
-#: What ``attempt_for`` reads of a row (for loading rows with ``.only()``).
-ATTEMPT_FIELDS = (
-    "pk",
-    "queue_attempts",
-    "queue_locked_by",
-    "queue_enqueued_at",
-    "queue_run_at",
-    "queue_last_attempt_at",
+warnings.warn(
+    "django_dbqueue.history is deprecated: import AttemptOutcome from django_dbqueue.states and "
+    "QueueAttempt from django_dbqueue.models.",
+    DeprecationWarning,
+    stacklevel=2,
 )
-
-
-def attempt_for(
-    row: QueueMixin,
-    outcome: str,
-    finished_at: datetime,
-    error: str = "",
-    worker_id: str = "",
-) -> dict[str, Any]:
-    """The field values of the QueueAttempt row of ``row``'s current attempt."""
-    return {
-        "model": row._meta.label,
-        "object_id": str(row.pk),
-        "attempt": row.queue_attempts,
-        "worker_id": worker_id or row.queue_locked_by or "",
-        "enqueued_at": row.queue_enqueued_at,
-        "due_at": row.queue_run_at,
-        "claimed_at": row.queue_last_attempt_at,
-        "finished_at": finished_at,
-        "outcome": outcome,
-        "error": error[-HISTORY_ERROR_LENGTH:],
-    }
-
-
-def write_attempts(model: type[QueueMixin], using: str, attempts: Iterable[dict[str, Any]]) -> None:
-    """Append attempt rows in the current transaction, in one INSERT per 500."""
-    if not history_enabled(model):
-        return
-    attempt = attempt_model()
-    rows = [attempt(**values) for values in attempts]
-    if rows:
-        attempt._default_manager.using(using).bulk_create(rows, batch_size=500)
-
-
-#: The columns of an attempt row, and what ``copy_attempts`` takes each from (a queue column,
-#: or ``None`` for a parameter).
-_COPIED = (
-    ("model", None),
-    ("object_id", "pk"),
-    ("attempt", "queue_attempts"),
-    ("worker_id", "queue_locked_by"),
-    ("enqueued_at", "queue_enqueued_at"),
-    ("due_at", "queue_run_at"),
-    ("claimed_at", "queue_last_attempt_at"),
-    ("finished_at", None),
-    ("outcome", None),
-    ("error", None),
-)
-
-
-def copy_attempts(
-    model: type[QueueMixin], using: str, ids: Sequence[Any], token: int, outcome: str, finished_at: datetime
-) -> None:
-    """Append the attempt rows of the rows of ``ids`` that carry ``token``, copied by the
-    database from the queue rows in one ``INSERT … SELECT`` (no per-row Python: the history
-    of a batch of 500 successes costs one statement). Runs in the caller's transaction.
-
-    Identifiers go through ``quote_name()``; every value is a parameter."""
-    if not ids or not history_enabled(model):
-        return
-    connection = connections[using]
-    quote = connection.ops.quote_name
-    attempt = attempt_model()
-
-    def column(of: type[models.Model], name: str) -> str:
-        return quote(cast(str, cast(models.Field, of._meta.get_field(name)).column))
-
-    columns = ", ".join(column(attempt, name) for name, _ in _COPIED)
-    key = quote(cast(str, model._meta.pk.column))
-    source = {
-        "pk": backend_for(using).as_text(key),
-        "queue_locked_by": f"COALESCE({column(model, 'queue_locked_by')}, '')",
-    }
-    selected = ", ".join(
-        "%s" if field is None else source.get(field) or column(model, field) for _, field in _COPIED
-    )
-    placeholders = ", ".join(["%s"] * len(ids))
-    sql = (
-        f"INSERT INTO {quote(attempt._meta.db_table)} ({columns}) SELECT {selected} "
-        f"FROM {quote(model._meta.db_table)} WHERE {key} IN ({placeholders}) "
-        f"AND {column(model, 'queue_token')} = %s"
-    )
-    when = connection.ops.adapt_datetimefield_value(finished_at)
-    params = [model._meta.label, when, outcome, "", *ids, token]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)

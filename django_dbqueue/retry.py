@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from .exceptions import Discard, JobTimeout, Retry
-from .leases import as_timedelta
+from .queue.lease import as_timedelta
 
 
 @runtime_checkable

@@ -13,6 +13,7 @@ django_dbqueue.E022   ``DBQUEUE_TASK_RETRY`` that is neither None nor a retry po
 django_dbqueue.E023   a path setting that is not a non-empty str or Path
 django_dbqueue.E024   ``DBQUEUE_HISTORY_PARTITIONS`` that is not None, "daily" or "monthly"
 django_dbqueue.E051   ``DBQUEUE_SCHEDULES`` that is not a dict (its entries: checks.py, E050)
+django_dbqueue.E053   ``DBQUEUE_SCHEDULE_TARGETS`` that is not a list of target strings
 django_dbqueue.W020   an unknown ``DBQUEUE_*`` name (a typo), with the closest known name
 ====================  ==========================================================================
 """
@@ -38,6 +39,7 @@ IDS = {
     Kind.RETRY_POLICY: "django_dbqueue.E022",
     Kind.PATH: "django_dbqueue.E023",
     Kind.SCHEDULES: "django_dbqueue.E051",
+    Kind.TARGETS: "django_dbqueue.E053",
     Kind.PARTITIONS: "django_dbqueue.E024",
 }
 UNKNOWN_ID = "django_dbqueue.W020"
@@ -78,6 +80,8 @@ def value_problem(setting: Setting[Any], value: object) -> str | None:
         ok = value is None or (isinstance(value, RetryPolicy) and not isinstance(value, type))
     elif kind is Kind.SCHEDULES:
         ok = isinstance(value, dict)
+    elif kind is Kind.TARGETS:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(target, str) for target in value)
     elif kind is Kind.PARTITIONS:
         ok = value is None or value in ("daily", "monthly")
     else:

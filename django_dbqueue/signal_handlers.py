@@ -10,9 +10,9 @@ from django.db import connections
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 
-from . import composition, metrics, traces
 from .backends import backend_for
 from .models import queue_models
+from .observability import metrics, traces
 from .signals import job_claimed, job_failed
 from .states import QueueState
 
@@ -69,12 +69,8 @@ def connect_observability() -> None:
     """Count the queue's signals for Prometheus, and give new rows of models that keep a trace
     context the context of their enqueue span: each only where its library is installed."""
     metrics.connect()
-    # A queue row saved inside ``with batches.batch():`` joins that batch (docs/composition.md).
-    # Per queue model, not for every sender: other models' saves keep Django's no-receiver path.
-    for model in queue_models():
-        pre_save.connect(
-            composition.on_pre_save, sender=model, dispatch_uid=f"dbqueue-batch-member-{model._meta.label}"
-        )
+    # A queue row saved inside ``with batches.batch():`` joins that batch (docs/composition.md):
+    # its receiver is connected when the first batch opens (composition.hooks.open_batch).
     if not traces.installed():
         return
     for model in queue_models():

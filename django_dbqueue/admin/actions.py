@@ -26,11 +26,11 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from ..query import QueueQuerySet, QueueQuerySetMixin
+from ..queue.queryset import QueueQuerySet, QueueQuerySetMixin
 from ..states import QueueState
 from .base import QueueAdminBase
 from .display import number
-from .forms import ConfirmForm, PriorityForm, RescheduleForm
+from .forms import ActionForm, ConfirmForm, PriorityForm, RescheduleForm
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -50,7 +50,7 @@ class Bulk:
     submit: Any
     done: Callable[[Any], StrOrPromise]
     applies: Any
-    form: type[forms.Form] | None = None
+    form: type[ActionForm] | None = None
     permission: str = "dbqueue"
 
 
@@ -165,7 +165,7 @@ class ActionsAdminMixin(QueueAdminBase):
         form_class = bulk.form or (ConfirmForm if across else None)
         form = None
         if form_class is not None:
-            form = form_class(request.POST if "dbqueue_apply" in request.POST else None)
+            form = form_class(request.POST if "dbqueue_apply" in request.POST else None, model=qs.model)
             if not (form.is_bound and form.is_valid()):
                 return self.dbqueue_confirm_page(request, qs, bulk, form)
         if not across:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
     from django.http import HttpRequest
 
-    from ..query import QueueQuerySet, QueueQuerySetMixin
+    from ..queue.queryset import QueueQuerySet, QueueQuerySetMixin
 
     class QueueAdminBase(admin.ModelAdmin[Any]):
         dbqueue_fieldset: bool

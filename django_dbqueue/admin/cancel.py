@@ -1,5 +1,5 @@
 """Cancelling RUNNING rows from the admin: an action over the selection, and a button on a
-running row's page (:mod:`.rows`). Both only *ask* (see :mod:`django_dbqueue.cancellation`):
+running row's page (:mod:`.rows`). Both only *ask* (see :mod:`django_dbqueue.flow.cancellation`):
 the worker holding the row stops its handler at its next lease renewal and ends it CANCELLED.
 
 No confirmation page, even for "select all": the action writes nothing on the queue rows, and

@@ -14,7 +14,13 @@ from .timeline import OUTCOMES, SPANS, Bucket, Timeline, timeline
 
 WIDTH, HEIGHT, TOP = 720, 150, 14
 #: The admin's own palette where it has one (success green, error red).
-COLOURS = {"succeeded": "#70bf2b", "retried": "#e6a23c", "failed": "#ba2121", "lost": "#888888"}
+COLOURS = {
+    "succeeded": "#70bf2b",
+    "retried": "#e6a23c",
+    "failed": "#ba2121",
+    "lost": "#888888",
+    "cancelled": "#5b5b8f",
+}
 LINES = (("wait", "#417690"), ("run", "#9a5bc4"))
 
 

@@ -8,7 +8,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from ..chains import dependants_of, parents_of
+from ..composition.chains import dependants_of, parents_of
 
 #: Links shown per list; a row with thousands of dependants shows the first ones and a count.
 SHOWN = 50

@@ -27,7 +27,8 @@ def describe_queue_state(row: Any, now: Any = None) -> str:
     if state == QueueState.READY:
         if attempts and row.queue_last_error:
             return f"retrying, attempt {attempts + 1}{of}"
-        if row.queue_run_at and row.queue_run_at > now:
+        # An unsaved row holds the database clock's expression, not a time yet (QueueTimeField).
+        if isinstance(row.queue_run_at, datetime) and row.queue_run_at > now:
             return "scheduled"
         return "ready"
     if state == QueueState.RUNNING:
@@ -56,8 +57,9 @@ def traceback_html(text: str) -> str:
 
 
 def when(value: datetime | None) -> str:
-    """A time in the current time zone, to the second: ``2026-11-24 02:23:11``."""
-    if value is None:
+    """A time in the current time zone, to the second: ``2026-11-24 02:23:11``; "-" for none
+    yet (an unsaved row's queue times are the database clock's expression until the INSERT)."""
+    if not isinstance(value, datetime):
         return "-"
     return timezone.localtime(value).strftime(TIME_FORMAT) if timezone.is_aware(value) else str(value)
 

@@ -41,6 +41,21 @@ class HasErrorFilter(admin.SimpleListFilter):
         return queryset
 
 
+class QueueStateFilter(admin.SimpleListFilter):
+    """The queue state, by its label. The column carries no ``choices`` (a new state needs no
+    migration in the apps that use the mixin), so the states come from ``QueueState``; the
+    parameter is the one Django's choices filter used, so saved links keep working."""
+
+    title = _("queue state")
+    parameter_name = "queue_state__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return list(QueueState.choices)
+
+    def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
+        return queryset if self.value() is None else queryset.filter(queue_state=self.value())
+
+
 class DayOrDateTimeField(forms.SplitDateTimeField):
     """A date and a time, or a date alone: the start (or, with ``end=True``, the last
     microsecond) of that day in the current time zone."""
@@ -88,3 +103,39 @@ def filter_errors(changelist: Any) -> list[str]:
                 % {"title": spec.title, "problems": " ".join(problems)}
             )
     return errors
+
+
+class CollapsedFilterMixin:
+    """A list filter drawn closed in the sidebar until it is used (the rarely needed ones).
+
+    Its own template (Django's, or rangefilter's) draws it in a ``<details open>``; the wrapping
+    template closes that ``<details>`` right after it, before Django's ``filters.js`` restores
+    what the person opened or closed themselves in this browser tab. A filter in use stays open."""
+
+    template = "admin/django_dbqueue/filter_collapsed.html"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        request = next((a for a in args if isinstance(a, HttpRequest)), kwargs.get("request"))
+        self.dbqueue_csp_nonce = getattr(request, "csp_nonce", "")
+
+    @property
+    def dbqueue_inner_template(self) -> str:
+        for klass in type(self).__mro__:
+            if klass is CollapsedFilterMixin or "template" not in vars(klass):
+                continue
+            template = vars(klass)["template"]
+            if isinstance(template, property) and template.fget is not None:  # rangefilter's
+                return str(template.fget(self))
+            return str(template)
+        return "admin/filter.html"
+
+    @property
+    def dbqueue_in_use(self) -> bool:
+        used = getattr(self, "used_parameters", {})
+        return any(value not in (None, "", []) for value in used.values())
+
+
+def collapsed(filter_class: type) -> type:
+    """``filter_class`` drawn closed until used (see :class:`CollapsedFilterMixin`)."""
+    return type(f"Collapsed{filter_class.__name__}", (CollapsedFilterMixin, filter_class), {})

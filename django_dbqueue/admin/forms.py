@@ -9,13 +9,15 @@ make the row look like it has waited for centuries). A time "in the past" within
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django import forms
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from ..compat import UTC
+from ..priorities import priority_range
 from .display import when
 
 #: The latest time every supported database (and Python's datetime) can hold, with margin.
@@ -51,13 +53,31 @@ def form_errors_text(form: forms.BaseForm) -> str:
     return " ".join(parts)
 
 
-class PriorityForm(forms.Form):
+class ActionForm(forms.Form):
+    """The form of a bulk action, told the model whose rows the action changes."""
+
+    def __init__(self, *args: Any, model: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.model = model
+
+
+class PriorityForm(ActionForm):
     priority = forms.IntegerField(
         label=_("New priority"), min_value=-(2**31), max_value=2**31 - 1, help_text=_("Higher runs first.")
     )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.model is not None:
+            # The model's own range (a django.tasks record's is -100..100): a value outside it
+            # is a form error, and nothing is changed.
+            low, high = priority_range(self.model)
+            self.fields["priority"] = forms.IntegerField(
+                label=_("New priority"), min_value=low, max_value=high, help_text=_("Higher runs first.")
+            )
 
-class RescheduleForm(forms.Form):
+
+class RescheduleForm(ActionForm):
     UNITS = (("minutes", _("minutes")), ("hours", _("hours")), ("days", _("days")))
 
     run_at = forms.DateTimeField(
@@ -101,7 +121,7 @@ class RescheduleForm(forms.Form):
         return self.cleaned_data["delta"]
 
 
-class ConfirmForm(forms.Form):
+class ConfirmForm(ActionForm):
     pass
 
 
@@ -122,6 +142,21 @@ class OutcomeForm(forms.Form):
     outcome = forms.ChoiceField(choices=[(value, label) for value, (label, _done) in OUTCOMES.items()])
     note = forms.CharField(label=_("Why"), required=False, max_length=2000)
     defer_until = forms.DateTimeField(label=_("Defer until"), required=False, validators=[check_run_at])
+
+    def __init__(self, *args: Any, model: type[Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.model = model
+
+    def clean_pk(self) -> Any:
+        """The pk as the model's pk field reads it: "abc" for an integer pk (or one out of its
+        column's range) is a form error, not a database error in the lookup."""
+        value = self.cleaned_data["pk"]
+        if self.model is None:
+            return value
+        field = self.model._meta.pk
+        value = field.to_python(value)  # ValidationError: the form reports it
+        field.run_validators(value)
+        return value
 
     def clean(self) -> dict[str, Any]:
         data = cast(dict[str, Any], super().clean())  # Form.clean() returns cleaned_data

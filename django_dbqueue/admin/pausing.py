@@ -1,7 +1,7 @@
 """Pause and resume a queue from the admin (issue #22): a button on the changelist and the
 dashboard, and the paused state shown on both.
 
-The buttons POST to one view that calls :func:`django_dbqueue.pauses.pause` / ``resume``: the
+The buttons POST to one view that calls :func:`django_dbqueue.flow.pause` / ``resume``: the
 same rows ``manage.py queuectl`` and the Python API write, read by every host's workers within
 one poll interval. Running jobs finish; nothing else is changed.
 """
@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from .. import pauses
+from ..flow import pauses
 from .base import QueueAdminBase
 
 

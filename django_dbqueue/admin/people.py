@@ -10,8 +10,8 @@ A later request acts on a row through its pk and claim token (carried by the "my
 form): ``adopt()`` loads the row only while that claim still holds, so an outcome after the
 lease ran out is refused, never written.
 
-Every write of queue columns this module makes goes through the functions under "Writes"
-below — the one place to repoint to the outcomes module.
+Every write of queue columns this module makes is an :class:`Outcome` handed to ``record()``
+(the functions under "Writes" below), as a worker's are.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
-from .. import claims, outcomes
 from ..exceptions import Discard, LeaseLost
-from ..query import QueueQuerySet, QueueQuerySetMixin
+from ..queue import claims
+from ..queue.outcome import Outcome
+from ..queue.queryset import QueueQuerySet, QueueQuerySetMixin
+from ..queue.record import record
 from ..states import QueueState
 from .base import QueueAdminBase
 from .display import number, when
@@ -68,7 +70,7 @@ def finish(row: Any, outcome: str, note: str, me: str) -> None:
 def defer(row: Any, until: datetime) -> bool:
     """Give a held row back due at ``until``, this attempt not counted: one UPDATE fenced by
     its claim's token, so a row whose claim is gone is left alone."""
-    return outcomes.defer(type(row), row.pk, row.queue_claim(), until)
+    return row.pk in record(type(row), row.queue_claim(), [Outcome.deferred(row, until)])
 
 
 def hand_back_all(qs: QueueQuerySetMixin, held: list[tuple[Any, int]], me: str) -> int:
@@ -82,7 +84,8 @@ def hand_back_all(qs: QueueQuerySetMixin, held: list[tuple[Any, int]], me: str) 
         for pk in pks:  # any row still held by the claim carries it
             row = hold(qs, pk, token, me)
             if row is not None:
-                released += outcomes.release(qs.model, pks, row.queue_claim())
+                given_back = [Outcome.given_back(pk) for pk in pks]
+                released += len(record(qs.model, row.queue_claim(), given_back).written)
                 break
     return released
 
@@ -182,7 +185,7 @@ class PeopleAdminMixin(QueueAdminBase):
             if request.POST.get("outcome") == "release_all":
                 self.dbqueue_hand_back_all(request)
                 return HttpResponseRedirect(request.path)
-            form = OutcomeForm(request.POST)
+            form = OutcomeForm(request.POST, model=self.model)
             if form.is_valid():
                 self.dbqueue_record_outcome(request, form.cleaned_data)
             else:

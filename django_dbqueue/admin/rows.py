@@ -3,7 +3,7 @@ the attempt history) and Retry now / Reschedule / Cancel buttons for that row.
 
 The buttons run the same QuerySet operations as the bulk actions, over one primary key: one
 UPDATE each, never touching a RUNNING row (the worker holds it until its outcome); a running
-row's "Cancel" asks its worker to stop it (see django_dbqueue.cancellation).
+row's "Cancel" asks its worker to stop it (see django_dbqueue.flow.cancellation).
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from .. import unique
-from ..history import attempt_model, history_enabled
+from ..flow import unique
 from ..models import QUEUE_FIELDS
+from ..queue.history import attempt_model, history_enabled
 from ..states import QueueState
+from ..workflows import fork_from
 from .base import QueueAdminBase
 from .composition import composition_html
 from .display import error_summary, traceback_html, when
 from .forms import RescheduleForm
+from .workflow import ForkForm, is_workflow, workflow_html
 
 #: Queue columns shown through a display method (times to the second) instead of the field.
 TIMES = {
@@ -37,6 +39,8 @@ TIMES = {
     "queue_locked_until": "dbqueue_locked_until",
     "queue_enqueued_at": "dbqueue_enqueued_at",
     "queue_finished_at": "dbqueue_finished_at",
+    # Not a time: the state as the list shows it (the column has no choices to label it).
+    "queue_state": "dbqueue_state",
 }
 #: Shown together as links (dbqueue_composition), not as raw columns.
 HIDDEN = ("queue_batch", "queue_dependants")
@@ -48,7 +52,17 @@ ROW_OPERATIONS = {
     "reschedule": (_("Reschedule…"), (QueueState.READY,)),
     "cancel": (_("Cancel"), (QueueState.READY, QueueState.IDLE)),
     "cancel_running": (_("Cancel (stop its worker)"), (QueueState.RUNNING,)),
+    # Workflow rows only (admin/workflow.py).
+    "fork": (
+        _("Fork from a step…"),
+        (QueueState.READY, QueueState.FAILED, QueueState.SUCCEEDED, QueueState.CANCELLED, QueueState.IDLE),
+    ),
 }
+
+FORK_INTRO = _(
+    "Forget the checkpoints from this step on and queue the row again: its next run replays the "
+    "earlier steps' results and runs this step and the later ones again."
+)
 
 
 def _time(field: str, label: Any) -> Callable[[Any, Any], str]:
@@ -79,12 +93,20 @@ class RowAdminMixin(QueueAdminBase):
         if obj is None or obj.queue_state != QueueState.RUNNING:
             fields = [f for f in fields if f not in CLAIM_FIELDS]
         shown = [*fields, "dbqueue_composition", "dbqueue_last_error"]
+        if is_workflow(self.model):
+            shown.append("dbqueue_workflow")
         return [*shown, *(["dbqueue_history"] if obj is not None else [])]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         own = list(super().get_readonly_fields(request, obj))
         queue = [f for f in QUEUE_FIELDS if f != "queue_last_error"]
-        queue += [*TIMES.values(), "dbqueue_last_error", "dbqueue_history", "dbqueue_composition"]
+        queue += [
+            *TIMES.values(),
+            "dbqueue_last_error",
+            "dbqueue_history",
+            "dbqueue_composition",
+            "dbqueue_workflow",
+        ]
         return [*own, *(f for f in queue if f not in own)]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[Any]:
@@ -97,6 +119,7 @@ class RowAdminMixin(QueueAdminBase):
             "dbqueue_last_error",
             "dbqueue_history",
             "dbqueue_composition",
+            "dbqueue_workflow",
         }
         shown: set[str] = set()
         cleaned = []
@@ -112,6 +135,10 @@ class RowAdminMixin(QueueAdminBase):
     @admin.display(description=_("batch and dependencies"))
     def dbqueue_composition(self, obj: Any) -> str:
         return composition_html(obj)
+
+    @admin.display(description=_("workflow"))
+    def dbqueue_workflow(self, obj: Any) -> str:
+        return workflow_html(obj)
 
     @admin.display(description=_("last error"))
     def dbqueue_last_error(self, obj: Any) -> str:
@@ -176,7 +203,7 @@ class RowAdminMixin(QueueAdminBase):
         return [
             (operation, label, reverse(name, args=[obj.pk, operation]))
             for operation, (label, states) in ROW_OPERATIONS.items()
-            if obj.queue_state in states
+            if obj.queue_state in states and (operation != "fork" or is_workflow(self.model))
         ]
 
     def render_change_form(
@@ -198,6 +225,8 @@ class RowAdminMixin(QueueAdminBase):
             raise Http404
         if not self.has_dbqueue_permission(request):
             raise PermissionDenied
+        if operation == "fork" and not is_workflow(self.model):
+            raise Http404
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404
@@ -206,8 +235,16 @@ class RowAdminMixin(QueueAdminBase):
         if operation == "reschedule":
             form = RescheduleForm(request.POST if "dbqueue_apply" in request.POST else None)
             if not (form.is_bound and form.is_valid()):
-                return self.dbqueue_row_form(request, obj, form)
+                intro = _("Move this ready item to a date, or by a delay from now.")
+                return self.dbqueue_row_form(
+                    request, obj, form, _("Reschedule %(item)s"), _("Reschedule"), intro
+                )
             changed, done = qs.reschedule(form.target()), _("%(item)s is rescheduled.")
+        elif operation == "fork":
+            fork = ForkForm(request.POST if "dbqueue_apply" in request.POST else None, row=obj)
+            if not (fork.is_bound and fork.is_valid()):
+                return self.dbqueue_row_form(request, obj, fork, _("Fork %(item)s"), _("Fork"), FORK_INTRO)
+            changed, done = self.dbqueue_fork_row(request, obj, fork.cleaned_data["position"])
         elif operation == "retry":
             changed, done = self.dbqueue_retry_row(request, qs), _("%(item)s is due now.")
         elif operation == "cancel_running":
@@ -233,7 +270,7 @@ class RowAdminMixin(QueueAdminBase):
 
     def dbqueue_retry_row(self, request: HttpRequest, qs: Any) -> int | None:
         """Retry now; None (the operator told why) if the row's unique key is active in
-        another row (see django_dbqueue.unique): the database refused, nothing changed."""
+        another row (see django_dbqueue.flow.unique): the database refused, nothing changed."""
         if unique.key_field(self.model) is None:
             return int(qs.retry_now())
         try:
@@ -243,13 +280,25 @@ class RowAdminMixin(QueueAdminBase):
             self.message_user(request, _("Nothing was changed: %(error)s") % {"error": exc}, messages.ERROR)
             return None
 
-    def dbqueue_row_form(self, request: HttpRequest, obj: Any, form: RescheduleForm) -> HttpResponse:
+    def dbqueue_fork_row(self, request: HttpRequest, obj: Any, position: int) -> tuple[int | None, Any]:
+        """Fork the workflow row ``obj`` from the step at ``position``; None (the operator
+        told why) if it is running now."""
+        try:
+            fork_from(obj, position, using=obj._state.db)
+        except ValueError as exc:
+            self.message_user(request, _("Nothing was changed: %(error)s") % {"error": exc}, messages.ERROR)
+            return None, ""
+        return 1, _("%(item)s runs again from step %(position)s.") % {"item": obj, "position": position}
+
+    def dbqueue_row_form(
+        self, request: HttpRequest, obj: Any, form: Any, title: Any, submit: Any, intro: Any
+    ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
-            "title": _("Reschedule %(item)s") % {"item": obj},
-            "intro": _("Move this ready item to a date, or by a delay from now."),
+            "title": title % {"item": obj},
+            "intro": intro,
             "summary": "",
-            "submit": _("Reschedule"),
+            "submit": submit,
             "form": form,
             "opts": self.opts,
             "selected": [],

@@ -4,6 +4,11 @@ An edit of a code-declared schedule's ``enabled``, ``cron``, ``every`` or ``time
 override that later deploys keep ("Revert to code" drops it); what it runs stays the code's.
 A new timing starts at its first slot after the edit. "Run now" enqueues one extra job now,
 recorded in the ledger as a manual firing; the regular slots are unchanged.
+
+What a schedule runs is chosen from code's allowlist (``targets.allowed()``), never typed: the
+target field offers those targets only. Saving, enabling or running a schedule enqueues rows
+of its target's model (``TaskRecord``, ``Message`` or the queue model), so it needs the
+user's add permission on that model as well as the Schedule permission.
 """
 
 from __future__ import annotations
@@ -12,15 +17,16 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_permission_codename
 from django.db import DEFAULT_DB_ALIAS, router
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Schedule, ScheduleFiring
-from ..models.schedule import OVERRIDABLE
 from ..schedules import InvalidSchedule, Timing, fire_now, targets
 from ..schedules.syncing import edited, revert_to_code
+from ..tables.schedule import OVERRIDABLE
 from .display import error_summary, when
 
 
@@ -28,13 +34,36 @@ def _using(obj: Schedule | None = None) -> str:
     return (obj and obj._state.db) or router.db_for_write(Schedule) or DEFAULT_DB_ALIAS
 
 
+def refusal(user: Any, target: str) -> str | None:
+    """Why ``user`` may not have a schedule enqueue ``target``'s jobs (None: they may)."""
+    try:
+        model = targets.enqueued_model(target)
+    except InvalidSchedule as exc:
+        return str(exc)
+    opts = model._meta
+    if user is None or not user.has_perm(f"{opts.app_label}.{get_permission_codename('add', opts)}"):
+        return f"you may not add {opts.verbose_name_plural}, which this schedule enqueues"
+    return None
+
+
 class ScheduleForm(forms.ModelForm):
+    #: The user the admin builds the form for (set on the class ModelAdmin.get_form makes).
+    dbqueue_user: Any = None
+
     class Meta:
         model = Schedule
         fields = (
             "name", "cron", "every", "timezone", "catch_up", "catch_up_limit", "enabled",
             "target", "arguments", "priority",
         )  # fmt: skip
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "target" in self.fields:  # a choice among code's targets, never a typed path
+            choices = sorted(targets.allowed())
+            field = forms.ChoiceField(choices=[("", "---------"), *((t, t) for t in choices)])
+            field.help_text = _("Targets of the schedules declared in code and of DBQUEUE_SCHEDULE_TARGETS.")
+            self.fields["target"] = field
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -43,8 +72,14 @@ class ScheduleForm(forms.ModelForm):
             Timing(cron=get("cron") or "", every=get("every"), timezone=get("timezone"))
         except InvalidSchedule as exc:
             raise forms.ValidationError(str(exc)) from None
+        target = get("target")
+        if not target:
+            return data  # the field's own "required" error says it
         try:
-            targets.resolve(get("target"), get("arguments") or {}, _using(self.instance))
+            targets.resolve(target, get("arguments") or {}, _using(self.instance))
+            problem = refusal(self.dbqueue_user, target)
+            if problem:
+                raise InvalidSchedule(problem)
         except InvalidSchedule as exc:
             if "target" not in self.fields:
                 raise forms.ValidationError(str(exc)) from None
@@ -60,6 +95,11 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ("name", "target")
     readonly_fields = ("in_code", "overrides", "declared", "next_due", "last_slot", "last_error")
     actions = ("enable", "disable", "run_now", "revert")
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)  # a new class on every call
+        form.dbqueue_user = request.user  # type: ignore[attr-defined] # a ScheduleForm subclass
+        return form
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
         fields = list(super().get_readonly_fields(request, obj))
@@ -93,8 +133,16 @@ class ScheduleAdmin(admin.ModelAdmin):
     def error(self, obj: Schedule) -> str:
         return error_summary(obj.last_error)
 
+    def _refused(self, request: HttpRequest, row: Schedule) -> bool:
+        problem = refusal(request.user, row.target)
+        if problem:
+            self.message_user(request, f"{row.name}: not changed: {problem}.", messages.ERROR)
+        return problem is not None
+
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Schedule], enabled: bool) -> None:
         rows = [row for row in queryset if row.enabled != enabled]
+        if enabled:  # an enabled schedule enqueues its target's rows: the user must be allowed to
+            rows = [row for row in rows if not self._refused(request, row)]
         for row in rows:
             row.enabled = enabled
             row.save(update_fields=["enabled", "updated_at"])
@@ -113,6 +161,8 @@ class ScheduleAdmin(admin.ModelAdmin):
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         who = f"admin:{request.user.get_username()}" if request.user.is_authenticated else "admin"
         for row in queryset:
+            if self._refused(request, row):
+                continue
             try:
                 firing = fire_now(row, fired_by=who)
             except InvalidSchedule as exc:

@@ -14,15 +14,16 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from django.apps import apps
 from django.db import connections, router
 from django.db.models import Count, Min
 from django.utils import timezone
 
 from ..backends import DbNow, db_now_plus
-from ..history import AttemptOutcome, attempt_model, history_enabled
+from ..queue.history import AttemptOutcome, attempt_model, history_enabled
 from ..states import QueueState
+from ..tables.worker_process import WorkerProcess
 from .pagination import plan_row_estimate, table_row_estimate
+from .workflow import is_workflow, workflow_counts
 
 #: Counts above this are estimates.
 EXACT_LIMIT = 100_000
@@ -104,14 +105,12 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int | None = 
     # with the rows each holds, then lease holders the registry does not know (yet).
     alive = [
         w.worker_id
-        for w in apps.get_model("django_dbqueue", "WorkerProcess")
-        ._default_manager.using(using)
-        .alive()
-        .order_by("worker_id")
+        for w in WorkerProcess._default_manager.using(using).alive().order_by("worker_id")
         if model._meta.label in w.queue_models.split(",")
     ]
     stats["workers"] = [(who, held.pop(who, 0)) for who in alive]
     stats["workers"] += [(who, n) for who, n in held.items() if not who.startswith("user:")]
+    stats["workflows"] = workflow_counts(model, using, exact_limit) if is_workflow(model) else None
     return stats
 
 

@@ -11,7 +11,7 @@ groups. Buckets are cut by Django's ``Trunc`` functions, which carry the per-dat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
@@ -19,8 +19,10 @@ from django.db.models import Avg, Count, DurationField, ExpressionWrapper, F, Ma
 from django.db.models.functions import TruncHour, TruncMinute
 from django.utils import timezone
 
+from django_dbqueue.compat import UTC
+
 from ..backends import aware
-from ..history import AttemptOutcome, attempt_model
+from ..queue.history import AttemptOutcome, attempt_model
 
 #: The spans a dashboard shows: name -> (length, bucket, bucket function).
 SPANS: dict[str, tuple[timedelta, timedelta, Any]] = {
@@ -151,4 +153,4 @@ def trunc_python(moment: datetime, step: timedelta) -> datetime:
     return moment.replace(second=0, microsecond=0)
 
 
-OUTCOMES = (AttemptOutcome.SUCCEEDED, AttemptOutcome.RETRIED, AttemptOutcome.FAILED, AttemptOutcome.LOST)
+OUTCOMES = tuple(AttemptOutcome)

@@ -1,4 +1,4 @@
-"""Bulk actions on a model with a unique key (see :mod:`django_dbqueue.unique`).
+"""Bulk actions on a model with a unique key (see :mod:`django_dbqueue.flow.unique`).
 
 "Retry now" and "Enqueue again" make finished rows active again in one UPDATE; if one of them
 would take a key that an active row holds, the database refuses the whole statement. The
@@ -15,7 +15,7 @@ from django.db import IntegrityError, models, transaction
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from .. import unique
+from ..flow import unique
 from .actions import ActionsAdminMixin
 
 #: What the operator reads when a bulk action would duplicate an active key.

@@ -18,12 +18,23 @@ from django.db import OperationalError, connections
 
 from ..conf import settings
 from .base import QueueBackend
-from .clock import DbNow, aware, db_now_plus
+from .clock import DbNow, QueueTimeField, aware, db_now_plus, read_now
+from .inserts import insert_new
 from .mysql import MySQLBackend
 from .postgresql import PostgreSQLBackend
 from .sqlite import SQLiteBackend
 
-__all__ = ["DbNow", "QueueBackend", "aware", "backend_for", "db_now_plus", "retry_on_lock_conflicts"]
+__all__ = [
+    "DbNow",
+    "QueueBackend",
+    "QueueTimeField",
+    "aware",
+    "backend_for",
+    "db_now_plus",
+    "insert_new",
+    "read_now",
+    "retry_on_lock_conflicts",
+]
 
 logger = logging.getLogger("django_dbqueue.backends")
 

@@ -2,7 +2,7 @@
 
 The rest of the package never looks at ``connection.vendor``: it asks :func:`backend_for`
 (in ``backends/__init__.py``) and calls the answer's methods. The claim protocol itself is
-portable ORM code (``query.py``); a backend only says what differs underneath it.
+portable ORM code (``queue/queryset.py``); a backend only says what differs underneath it.
 """
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ class QueueBackend:
     def as_text(self, column_sql: str) -> str:
         """``column_sql`` as a character string (a key copied into the history's text column)."""
         return f"CAST({column_sql} AS TEXT)"
+
+    def error_group(self, column: str) -> Any:
+        """An expression of ``column``'s error group (``tracebacks.error_group`` in SQL), or
+        None where the database has no regular expressions (the caller groups in Python)."""
+        return None
+
+    # -- configuration -----------------------------------------------------------------------
+
+    def configuration_warning(self) -> str | None:
+        """What in this database's settings makes workers fail where they need not (a system
+        check warning, ``django_dbqueue.W002``); None when nothing does."""
+        return None
 
     # -- transactions ----------------------------------------------------------------------
 

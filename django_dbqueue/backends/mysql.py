@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any, cast
 
 from .base import QueueBackend, run_quietly
+from .error_groups import masked_last_line
 from .mysql_partitions import MySQLPartitioning
 
 if TYPE_CHECKING:
@@ -36,6 +37,9 @@ class MySQLBackend(QueueBackend):
     # it for free.
     order_by_pk = True
     spark_jdbc = True  # MariaDB Connector/J speaks to MySQL and MariaDB alike
+
+    def error_group(self, column: str) -> Any:
+        return masked_last_line(column)
 
     def as_text(self, column_sql: str) -> str:
         return f"CAST({column_sql} AS CHAR)"

@@ -18,9 +18,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.db import OperationalError
+
+from django_dbqueue.compat import UTC
 
 from .partitioning import HistoryPartitioning, Partition, literal, parse_bound, partition_suffix
 

@@ -14,12 +14,15 @@ formatted here from ``datetime`` values (never from text given by a user).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections, models
+
+from django_dbqueue.compat import UTC
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -64,6 +67,10 @@ def parse_bound(text: str) -> datetime | None:
     text = text.strip().strip("'")
     if text.upper() in ("MINVALUE", "MAXVALUE"):
         return None
+    # PostgreSQL's catalog gives the offset as "+00"; Python 3.10's fromisoformat() wants
+    # "+00:00" (3.11 takes both).
+    if re.search(r"[+-]\d\d\Z", text):
+        text += ":00"
     moment = datetime.fromisoformat(text)
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 

@@ -1,4 +1,4 @@
-"""PostgreSQL 13+ (psycopg 3 or psycopg2): LISTEN/NOTIFY wakes idle workers."""
+"""PostgreSQL 13+ (psycopg 3.2 or later: its `notifies(timeout=…)`): LISTEN/NOTIFY wakes idle workers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
+from django.db.models import Value
 
 from .base import QueueBackend, run_quietly
+from .error_groups import masked_last_line
 from .postgresql_partitions import PostgreSQLPartitioning
 
 if TYPE_CHECKING:
@@ -36,6 +38,9 @@ def _sqlstate(exc: BaseException) -> str | None:
 class PostgreSQLBackend(QueueBackend):
     vendor = "postgresql"
     can_notify = True
+
+    def error_group(self, column: str) -> Any:
+        return masked_last_line(column, word_boundary=r"\y", every=(Value("g"),))
 
     def is_lock_conflict(self, exc: BaseException) -> bool:
         return _sqlstate(exc) in LOCK_CONFLICTS

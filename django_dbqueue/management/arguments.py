@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from django_dbqueue.conf import Setting, Settings
-from django_dbqueue.handlers import NAME
+from django_dbqueue.messaging.handlers import NAME
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)\Z")
 #: Worker ids: stored in ``queue_locked_by`` and shown to operators. ``\Z``, not ``$``: a

@@ -1,54 +1,62 @@
 """The queue's models: the ``QueueMixin`` for any domain model, and the app's own tables.
 
-``from django_dbqueue.models import QueueMixin`` works in any project. The app's concrete
-models (``Message``, ``TaskRecord``, ``QueueAttempt``, ``WorkerProcess``, ``QueuePause``,
-``QueueKeySlot``, ``ArchivedMessage``) exist only when ``django_dbqueue`` is in
-``INSTALLED_APPS``; without it, a system check says what is missing instead of an import error.
+The public face: Django's model discovery imports this module, and the documented imports
+(``from django_dbqueue.models import QueueMixin, Message, QueueAttempt, ...``) point here.
+The app's own bookkeeping tables live in :mod:`django_dbqueue.tables`, below the engine
+(``QueueMixin`` and the QuerySets in :mod:`django_dbqueue.queue`, the engine);
+``Message`` lives in its feature wing (:mod:`django_dbqueue.messaging`), ``TaskRecord`` in
+:mod:`django_dbqueue.tasks`; both declare ``app_label = "django_dbqueue"`` and are registered when
+this module imports them. ``django_dbqueue`` must
+be in ``INSTALLED_APPS`` (system check ``django_dbqueue.E000`` says so when it is not).
 """
 
 from __future__ import annotations
 
-from django.apps import apps
-
-from .mixin import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_model, queue_models
-from .trace import QueueTraceMixin
+from ..messaging.message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
+from ..observability.trace_mixin import QueueTraceMixin
+from ..queue.mixin import CLAIM_INDEX_FIELDS, QueueMixin, queue_model, queue_models
+from ..queue.queryset import QueueManager, QueueQuerySet, QueueQuerySetMixin
+from ..queue.row import QUEUE_FIELDS
+from ..tables.attempt import QueueAttempt
+from ..tables.cancel_request import CancelRequest
+from ..tables.composition import Batch, JobDependency, JobWait
+from ..tables.fairness import QueueFairTurn
+from ..tables.flow import QueueKeySlot, QueuePause
+from ..tables.reply import Reply
+from ..tables.schedule import Schedule, ScheduleFiring
+from ..tables.worker_process import WorkerProcess
+from ..tables.workflow import WorkflowEvent, WorkflowProgress, WorkflowStep
+from ..tasks.record import TaskRecord
 
 __all__ = [
     "CLAIM_INDEX_FIELDS",
     "QUEUE_FIELDS",
+    "ArchivedMessage",
+    "Batch",
+    "CancelRequest",
+    "JobDependency",
+    "JobWait",
+    "Message",
+    "MessageQuerySet",
+    "PayloadField",
+    "QueueAttempt",
+    "QueueFairTurn",
+    "QueueKeySlot",
+    "QueueManager",
     "QueueMixin",
+    "QueuePause",
+    "QueueQuerySet",
+    "QueueQuerySetMixin",
     "QueueTraceMixin",
+    "Reply",
+    "Schedule",
+    "ScheduleFiring",
+    "TaskRecord",
+    "UndecodablePayload",
+    "WorkerProcess",
+    "WorkflowEvent",
+    "WorkflowProgress",
+    "WorkflowStep",
     "queue_model",
     "queue_models",
 ]
-
-if apps.apps_ready and apps.is_installed("django_dbqueue"):
-    from .attempt import QueueAttempt
-    from .cancel_request import CancelRequest
-    from .composition import Batch, JobDependency, JobWait
-    from .flow import QueueKeySlot, QueuePause
-    from .message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
-    from .reply import Reply
-    from .schedule import Schedule, ScheduleFiring
-    from .task_record import TaskRecord
-    from .worker_process import WorkerProcess
-
-    __all__ += [
-        "ArchivedMessage",
-        "Batch",
-        "CancelRequest",
-        "JobDependency",
-        "JobWait",
-        "Message",
-        "MessageQuerySet",
-        "PayloadField",
-        "QueueAttempt",
-        "QueueKeySlot",
-        "QueuePause",
-        "Reply",
-        "Schedule",
-        "ScheduleFiring",
-        "TaskRecord",
-        "UndecodablePayload",
-        "WorkerProcess",
-    ]

@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 from django.conf import settings as django_settings
 
 from ..conf import settings
-from ..handlers import NAME, handler, kind_of
-from ..slots import CatchUp, InvalidSchedule, Timing, seconds_of
+from ..messaging.handlers import NAME, handler, kind_of
+from .slots import CatchUp, InvalidSchedule, Timing, seconds_of
 
 T = TypeVar("T")
 #: Keys of a DBQUEUE_SCHEDULES entry (one target key, one timing key, the rest optional).

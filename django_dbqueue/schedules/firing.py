@@ -16,10 +16,10 @@ from django.db import DEFAULT_DB_ALIAS, IntegrityError, InterfaceError, Operatio
 
 from ..backends import DbNow, aware
 from ..conf import settings
-from ..exceptions import describe_error
-from ..models import Schedule, ScheduleFiring
-from ..slots import CatchUp, InvalidSchedule, Timing
+from ..tables.schedule import Schedule, ScheduleFiring
+from ..tracebacks import describe_error
 from . import targets
+from .slots import CatchUp, InvalidSchedule, Timing
 
 logger = logging.getLogger("django_dbqueue.schedules")
 
@@ -27,10 +27,18 @@ logger = logging.getLogger("django_dbqueue.schedules")
 DUE_PER_TICK = 100
 #: Characters of an error kept on the schedule.
 MAX_ERROR = 2000
+#: Most on-time slots one tick fires (a one-second cron line and a day of grace: the rest are
+#: logged and left out, as catch-up leaves slots out).
+ON_TIME_LIMIT = 10_000
 
 
 def database() -> str:
     return router.db_for_write(Schedule) or DEFAULT_DB_ALIAS
+
+
+def schedules_exist(using: str) -> bool:
+    """Whether any schedule is enabled (declared in code or added in the admin)."""
+    return Schedule.objects.using(using).filter(enabled=True).exists()
 
 
 def db_now(schedule: Schedule, using: str) -> datetime:
@@ -94,13 +102,25 @@ def fire_due(using: str | None = None, fired_by: str = "") -> int:
     return fired
 
 
-def fire_schedule(schedule: Schedule, now: datetime, using: str, fired_by: str) -> int:
+def on_time_window() -> float:
+    """Seconds a slot may be late and still count as on time (docs/schedules.md): the grace,
+    and never less than two ticks, so a slow tick interval does not make every slot late."""
+    return max(settings.SCHEDULE_GRACE, 2 * settings.SCHEDULE_INTERVAL)
+
+
+def slots_to_fire(schedule: Schedule, timing: Timing, now: datetime) -> tuple[list[datetime], bool]:
+    """The due slots a tick at ``now`` fires, oldest first; and whether some were left out.
+
+    While workers run, ticks come about once a DBQUEUE_SCHEDULE_INTERVAL, and a tick finds
+    every slot that came due since the tick before it: one, or two or more when the tick
+    period drifts against a short slot length, or a tick was slow. Those slots are on time,
+    and all of them fire whatever the catch-up policy (``next_due`` is the first slot after
+    the previous tick, so its age says how long no tick reached this schedule). Only when the
+    oldest due slot is later than the on-time window did no worker tick for that long: the
+    slots were missed, and the catch-up policy decides which of them fire."""
     assert schedule.next_due is not None  # the due query asks for next_due <= now
-    try:
-        timing = schedule.timing()
-    except InvalidSchedule as exc:  # a row edited into nonsense by hand: it stops being due
-        _record(schedule, using, f"not fired: {exc}", next_due=None)
-        return 0
+    if (now - schedule.next_due).total_seconds() <= on_time_window():
+        return timing.due(schedule.next_due, now, ON_TIME_LIMIT)
     newest = max(schedule.catch_up_limit, 1) if schedule.catch_up == CatchUp.ALL else 1
     slots, left_out = timing.due(schedule.next_due, now, newest)
     if (
@@ -109,9 +129,19 @@ def fire_schedule(schedule: Schedule, now: datetime, using: str, fired_by: str) 
         and (now - slots[-1]).total_seconds() > settings.SCHEDULE_GRACE
     ):
         slots, left_out = [], True
+    return slots, left_out
+
+
+def fire_schedule(schedule: Schedule, now: datetime, using: str, fired_by: str) -> int:
+    try:
+        timing = schedule.timing()
+    except InvalidSchedule as exc:  # a row edited into nonsense by hand: it stops being due
+        _record(schedule, using, f"not fired: {exc}", next_due=None)
+        return 0
+    slots, left_out = slots_to_fire(schedule, timing, now)
     if left_out:
         logger.info("schedule %s: slots before %s were missed and are not fired (%s)",
-                    schedule.name, now, schedule.catch_up)  # fmt: skip
+                    schedule.name, slots[0] if slots else now, schedule.catch_up)  # fmt: skip
     error = ""
     fired = 0
     try:

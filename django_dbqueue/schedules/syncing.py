@@ -16,12 +16,11 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from ..models import Schedule
-from ..models.schedule import OVERRIDABLE
-from ..slots import InvalidSchedule
+from ..tables.schedule import OVERRIDABLE, Schedule
 from . import targets
 from .declare import SETTING, Declaration, declarations
 from .firing import database, db_now
+from .slots import InvalidSchedule
 
 logger = logging.getLogger("django_dbqueue.schedules")
 

@@ -5,6 +5,13 @@ so a schedule row says what it runs without pickled code. :func:`resolve` turns 
 function that enqueues one job, or raises :class:`InvalidSchedule` saying why it cannot:
 the job must land in the schedule's own database, or it could not share the firing's
 transaction (and "the job exists iff the firing row exists" would not hold).
+
+A row's target is text an admin form (or anyone with the table) may have written, so it
+chooses among what code allows and nothing else (:func:`allowed`): the targets of the
+schedules code declares and those listed in ``DBQUEUE_SCHEDULE_TARGETS``. A task is looked up
+among the Tasks this process registered; a kind among the registered handlers; a model among
+the installed queue models. What the job holds goes through the same validation as code's
+own enqueues: ``Task.enqueue()``, ``publish()``, ``full_clean()``.
 """
 
 from __future__ import annotations
@@ -13,26 +20,69 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import django
-from django.core.exceptions import FieldDoesNotExist
-from django.db import DEFAULT_DB_ALIAS, router
+from django.core.exceptions import FieldDoesNotExist, ValidationError
+from django.db import DEFAULT_DB_ALIAS, models, router
 from django.utils.module_loading import import_string
 
-from ..handlers import get_handler
-from ..models import Message, queue_model
-from ..payloads import check_payload
-from ..slots import InvalidSchedule
+from ..conf import settings
+from ..messaging.handlers import NAME, get_handler
+from ..messaging.message import Message
+from ..messaging.payloads import check_payload
+from ..queue.mixin import queue_model
+from ..queue.row import QUEUE_FIELDS
 from ..states import QueueState
-from .declare import check_arguments, split
+from ..tasks.record import TaskRecord
+from .declare import check_arguments, declarations, split
+from .slots import InvalidSchedule
 
 #: Enqueue one job with the schedule's arguments and priority; return ``app_label.Model:pk``.
 Enqueue = Callable[[Mapping[str, Any], int], str]
+TARGETS_SETTING = "DBQUEUE_SCHEDULE_TARGETS"
+#: Where a target is allowed from: a declared schedule (decorator or setting) or the list.
+DECORATOR, SETTING = "@schedule", "setting"
+
+
+def allowed() -> dict[str, str]:
+    """The allowlist: every target code lets a schedule have, and where code says so
+    (``DECORATOR`` or ``SETTING``)."""
+    found: dict[str, str] = {}
+    declared, _problems = declarations()
+    configured = settings.SCHEDULES
+    for declaration in declared.values():
+        in_setting = isinstance(configured, Mapping) and declaration.name in configured
+        found.setdefault(declaration.target, SETTING if in_setting else DECORATOR)
+    listed = settings.SCHEDULE_TARGETS
+    for target in listed if isinstance(listed, (list, tuple)) else ():  # else check E053 says why
+        if isinstance(target, str):
+            found.setdefault(target, SETTING)
+    return found
+
+
+def enqueued_model(target: str) -> type[models.Model]:
+    """The model a firing of ``target`` inserts a row of (whose add permission the admin
+    asks for); InvalidSchedule for a target of no such model."""
+    kind, ref = split(target)
+    if kind == "task":
+        return TaskRecord
+    if kind == "message":
+        return Message
+    try:
+        return queue_model(ref)
+    except ValueError as exc:
+        raise InvalidSchedule(str(exc)) from None
 
 
 def resolve(target: str, arguments: Mapping[str, Any], using: str) -> Enqueue:
     kind, ref = split(target)
     check_arguments(kind, arguments)
+    source = allowed().get(target)
+    if source is None:
+        raise InvalidSchedule(
+            f"target {target!r} is not declared in code: a schedule runs a target of a declared "
+            f"schedule (@schedule, DBQUEUE_SCHEDULES) or one listed in {TARGETS_SETTING}"
+        )
     if kind == "task":
-        return _task(ref, using)
+        return _task(ref, using, importable=source == SETTING)
     if kind == "message":
         return _message(ref, arguments, using)
     return _model(ref, arguments, using)
@@ -47,19 +97,24 @@ def _same_database(label: str, model: type, using: str) -> None:
         )
 
 
-def _task(path: str, using: str) -> Enqueue:
+def _task(path: str, using: str, importable: bool) -> Enqueue:
+    """``importable``: the path is written in a setting, which may name a task module nothing
+    imported yet (settings are code, like MIDDLEWARE's paths); a path the decorator declared
+    was registered when its module ran."""
     if django.VERSION < (6, 0):
         raise InvalidSchedule(f"task {path!r}: django.tasks needs Django 6.0 or later")
     from django.tasks import Task
 
-    from ..tasks import DatabaseBackend
+    from ..tasks.backend import DatabaseBackend, registered_task
 
-    try:
-        task = import_string(path)
-    except ImportError as exc:
-        raise InvalidSchedule(f"task {path!r} cannot be imported: {exc}") from None
+    task = registered_task(path)
+    if task is None and importable:
+        try:
+            task = import_string(path)
+        except ImportError as exc:
+            raise InvalidSchedule(f"task {path!r} cannot be imported: {exc}") from None
     if not isinstance(task, Task):
-        raise InvalidSchedule(f"{path} is not a django.tasks Task (no @task decorator?)")
+        raise InvalidSchedule(f"{path} is not a django.tasks Task of this process (no @task decorator?)")
     try:
         backend = task.get_backend()
     except Exception as exc:  # noqa: BLE001 - e.g. an alias missing from TASKS
@@ -86,6 +141,9 @@ def _task(path: str, using: str) -> Enqueue:
 def _message(kind: str, arguments: Mapping[str, Any], using: str) -> Enqueue:
     if get_handler(kind) is None:
         raise InvalidSchedule(f"no handler is registered for message kind {kind!r}")
+    queue = arguments.get("queue", "default")
+    if not isinstance(queue, str) or not NAME.match(queue) or len(queue) > 64:  # as publish() checks
+        raise InvalidSchedule(f"queue name {queue!r}: use 1-64 letters, digits and _ . : -")
     try:
         check_payload(arguments.get("payload"), kind)
     except (TypeError, ValueError) as exc:
@@ -109,16 +167,35 @@ def _model(label: str, arguments: Mapping[str, Any], using: str) -> Enqueue:
         raise InvalidSchedule(str(exc)) from None
     for name in arguments.get("fields", {}):
         try:
-            model._meta.get_field(name)
+            field = model._meta.get_field(name)
         except FieldDoesNotExist:
             raise InvalidSchedule(f"{label} has no field {name!r}") from None
+        # The queue columns are the queue's (a firing enqueues, the claim protocol runs the
+        # row); a field no form could set is not the schedule's to set either.
+        if name in QUEUE_FIELDS or not getattr(field, "editable", False) or not field.concrete:
+            raise InvalidSchedule(f"{label}.{name} is not a field a schedule may set")
     _same_database(label, model, using)
+    # What the row would hold is validated now, as a form would (no unique checks: those read
+    # the table, and the insert's own constraint decides at firing time).
+    _valid_row(model, label, arguments, unique=False)
 
     def enqueue(arguments: Mapping[str, Any], priority: int) -> str:
-        row = model(**arguments.get("fields", {}))
+        row = _valid_row(model, label, arguments, unique=True)
         row.queue_state = QueueState.READY
         row.queue_priority = priority
         row.save(using=using, force_insert=True)
         return f"{model._meta.label}:{row.pk}"
 
     return enqueue
+
+
+def _valid_row(model: type[Any], label: str, arguments: Mapping[str, Any], *, unique: bool) -> Any:
+    """A new ``model`` row with the schedule's fields, through ``full_clean()``."""
+    try:
+        row = model(**arguments.get("fields", {}))
+        row.full_clean(exclude=list(QUEUE_FIELDS), validate_unique=unique, validate_constraints=unique)
+    except ValidationError as exc:
+        raise InvalidSchedule(f"{label}: {'; '.join(exc.messages)}") from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidSchedule(f"{label}: {exc}") from None
+    return row

@@ -19,16 +19,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..states import AttemptOutcome
 from .read import HISTORY_COLUMNS, OPTIONAL_HISTORY_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-OUTCOMES = ("succeeded", "failed", "retried", "lost", "released")
+#: One count column per attempt outcome, from the one vocabulary (states.py): a new outcome
+#: gets its column without this list drifting from what the queue writes.
+OUTCOMES = tuple(str(outcome) for outcome in AttemptOutcome)
 PERCENTILES = (0.5, 0.95, 0.99)
 DURATIONS = ("wait_s", "run_s", "e2e_s")
 #: Outcomes that end a job (the others are followed by another attempt).
-JOB_ENDS = ("succeeded", "failed")
+JOB_ENDS = (str(AttemptOutcome.SUCCEEDED), str(AttemptOutcome.FAILED))
 
 
 def _seconds(sf: Any, end: str, start: str | Column) -> Column:
@@ -131,7 +134,9 @@ def summarise(h: DataFrame, per_minute: DataFrame) -> DataFrame:
         .join(full, "model", "left")
     )
     completed = _completed(sf)
-    counted = sf.col("attempts") - sf.col("released")
+    # Every attempt row is a run of the handler (a row given back writes none); a cancelled one
+    # counts in the denominator, not as a failure.
+    counted = sf.col("attempts")
     span = sf.unix_seconds(sf.date_trunc("minute", "last_finished")) - sf.unix_seconds(
         sf.date_trunc("minute", "first_finished")
     )

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
+from django.db.models import Field
 
 # The only names this package takes from the core's internals, imported in one place so a
 # rebuilt core has a single site to repoint.
 from ..backends import retry_on_lock_conflicts as retry_on_lock_errors
 from ..conf import settings
 from ..models import QueueMixin
-from ..query import check_priority as _check_priority
-from .columns import column_of, dataframe_fields, fixed_values, key_fields, spark_type
+from ..queue.queryset import check_priority as _check_priority
+from .columns import Fixed, column_of, dataframe_fields, fixed_values, key_fields, spark_type
 from .read import jdbc_target, resolve_model
 from .session import Progress, check_utc
 
@@ -88,31 +89,58 @@ def enqueue_dataframe(
     """
     model = resolve_model(model)
     using = using or router.db_for_write(model) or "default"
-    connection = connections[using]
-    target = jdbc_target(using)
-    if connection.in_atomic_block:
-        raise ImproperlyConfigured(
-            "enqueue_dataframe commits chunk by chunk: do not call it in a transaction"
-        )
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if priority is not None:
-        _check_priority(priority)
-    if isinstance(run_at, datetime) and run_at.tzinfo is None:
-        raise ValueError("run_at must be timezone-aware (USE_TZ is required)")
-    say = progress or (lambda message: logger.info("%s", message))
+    _check_arguments(model, using, batch_size, priority, run_at)
     check_utc(df.sparkSession)
-
-    opts = model._meta
-    qn = connection.ops.quote_name
     columns = dataframe_fields(df.columns, model, priority, run_at)
     given = {f.name for f in columns}
     keys = key_fields(model, key_columns, using)
     missing_keys = [f.name for f in keys if f.name not in given]
     if missing_keys:
         raise ImproperlyConfigured(f"the DataFrame lacks the key column(s) {missing_keys}")
-    fixed = fixed_values(model, given, priority, run_at, using)
+    run = _StagedRun(
+        model=model,
+        using=using,
+        columns=columns,
+        keys=keys,
+        fixed=fixed_values(model, given, priority, run_at, using),
+        say=progress or (lambda message: logger.info("%s", message)),
+    )
+    result = run.execute(_staged_frame(df, columns, num_partitions), batch_size)
+    for text in result.warnings[:20]:
+        logger.warning("enqueue_dataframe into %s: %s", model._meta.db_table, text)
+    logger.info(
+        "%s: %d inserted, %d skipped of %d rows in %.1fs",
+        model._meta.label,
+        result.inserted,
+        result.skipped,
+        result.rows,
+        result.seconds,
+    )
+    return result
 
+
+def _check_arguments(
+    model: type[QueueMixin],
+    using: str,
+    batch_size: int,
+    priority: int | None,
+    run_at: datetime | timedelta | None,
+) -> None:
+    """Refuse what would fail half-way, before Spark does any work."""
+    if connections[using].in_atomic_block:
+        raise ImproperlyConfigured(
+            "enqueue_dataframe commits chunk by chunk: do not call it in a transaction"
+        )
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if priority is not None:
+        _check_priority(priority, model)
+    if isinstance(run_at, datetime) and run_at.tzinfo is None:
+        raise ValueError("run_at must be timezone-aware (USE_TZ is required)")
+
+
+def _staged_frame(df: DataFrame, columns: Sequence[Field], num_partitions: int | None) -> DataFrame:
+    """``df`` with its columns cast to the target's types and named as the target's columns."""
     from pyspark.sql import functions as sf
 
     select = []
@@ -120,38 +148,85 @@ def enqueue_dataframe(
         cast = spark_type(f)
         col = sf.col(f"`{name}`")
         select.append((col.cast(cast) if cast else col).alias(column_of(f)))
-    staged_df = df.select(*select)
-    if num_partitions:
-        staged_df = staged_df.coalesce(num_partitions)
+    staged = df.select(*select)
+    return staged.coalesce(num_partitions) if num_partitions else staged
 
-    table = opts.db_table
-    stage = f"dbqueue_stage_{uuid.uuid4().hex[:16]}"
-    col_list = ", ".join(qn(column_of(f)) for f in columns)
-    pk = qn(column_of(opts.pk))
-    t0 = time.monotonic()
-    with connection.cursor() as cursor:
-        # Same column types as the target, but no UNIQUE index and an id to chunk by. Not a
-        # TEMPORARY table: Spark's JDBC connections are other sessions.
-        cursor.execute(
-            f"CREATE TABLE {qn(stage)} (_dbq_sid BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) "
-            f"ENGINE=InnoDB SELECT {col_list} FROM {qn(table)} WHERE 1=0"
+
+@dataclass
+class _StagedRun:
+    """One run of :func:`enqueue_dataframe`: its staging table, and the statements on it."""
+
+    model: type[QueueMixin]
+    using: str
+    columns: Sequence[Field]
+    keys: Sequence[Field]
+    fixed: Sequence[Fixed]
+    say: Progress
+    stage: str = field(default_factory=lambda: f"dbqueue_stage_{uuid.uuid4().hex[:16]}")
+
+    @property
+    def connection(self) -> Any:
+        return connections[self.using]
+
+    def qn(self, name: str) -> str:
+        return self.connection.ops.quote_name(name)
+
+    def execute(self, staged_df: DataFrame, batch_size: int) -> EnqueueResult:
+        t0 = time.monotonic()
+        self._create_stage()
+        try:
+            self.say(f"staging the DataFrame into {self.stage} over JDBC")
+            (
+                staged_df.write.format("jdbc")
+                .options(
+                    **jdbc_target(self.using).options(dbtable=self.stage, batchsize=min(batch_size, 10_000))
+                )
+                .mode("append")  # never "overwrite": it would recreate the table from Spark's types
+                .save()
+            )
+            rows, lo, hi = self._staged_range()
+            stage_seconds = time.monotonic() - t0
+            table = self.model._meta.db_table
+            self.say(f"staged {rows} rows in {stage_seconds:.1f}s; inserting new keys into {table}")
+            t1 = time.monotonic()
+            inserted, chunks, warnings = self._insert(
+                range(lo, hi + 1, batch_size) if rows else range(0), batch_size
+            )
+            insert_seconds = time.monotonic() - t1
+        finally:
+            with self.connection.cursor() as cursor:
+                cursor.execute(f"DROP TABLE IF EXISTS {self.qn(self.stage)}")
+        return EnqueueResult(
+            rows=rows,
+            inserted=inserted,
+            skipped=rows - inserted,
+            chunks=chunks,
+            stage_seconds=stage_seconds,
+            insert_seconds=insert_seconds,
+            warnings=warnings,
         )
-    try:
-        say(f"staging the DataFrame into {stage} over JDBC")
-        (
-            staged_df.write.format("jdbc")
-            .options(**target.options(dbtable=stage, batchsize=min(batch_size, 10_000)))
-            .mode("append")  # never "overwrite": it would recreate the table from Spark's types
-            .save()
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT COUNT(*), MIN(_dbq_sid), MAX(_dbq_sid) FROM {qn(stage)}")
+
+    def _create_stage(self) -> None:
+        col_list = ", ".join(self.qn(column_of(f)) for f in self.columns)
+        with self.connection.cursor() as cursor:
+            # Same column types as the target, but no UNIQUE index and an id to chunk by. Not a
+            # TEMPORARY table: Spark's JDBC connections are other sessions.
+            cursor.execute(
+                f"CREATE TABLE {self.qn(self.stage)} (_dbq_sid BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY) "
+                f"ENGINE=InnoDB SELECT {col_list} FROM {self.qn(self.model._meta.db_table)} WHERE 1=0"
+            )
+
+    def _staged_range(self) -> tuple[int, int, int]:
+        """How many rows were staged and their staging ids' range; refuses NULL keys."""
+        qn, stage = self.qn, self.qn(self.stage)
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*), MIN(_dbq_sid), MAX(_dbq_sid) FROM {stage}")
             rows, lo, hi = cursor.fetchone()
-            nullable = [f for f in keys if f.null]
+            nullable = [f for f in self.keys if f.null]
             if nullable and rows:
                 # NULLs never collide in a UNIQUE index: such rows would be inserted on every run.
                 where = " OR ".join(f"{qn(column_of(f))} IS NULL" for f in nullable)
-                cursor.execute(f"SELECT COUNT(*) FROM {qn(stage)} WHERE {where}")
+                cursor.execute(f"SELECT COUNT(*) FROM {stage} WHERE {where}")
                 (null_keys,) = cursor.fetchone()
                 if null_keys:
                     raise ImproperlyConfigured(
@@ -159,60 +234,39 @@ def enqueue_dataframe(
                         f"({', '.join(f.name for f in nullable)}): they could not "
                         "be de-duplicated; filter them out or give them a key"
                     )
-        stage_seconds = time.monotonic() - t0
-        say(f"staged {rows} rows in {stage_seconds:.1f}s; inserting new keys into {table}")
+        return rows, lo, hi
 
-        insert_cols = [qn(column_of(f)) for f in columns] + [qn(c) for c, _, _ in fixed]
-        select_exprs = [f"s.{qn(column_of(f))}" for f in columns] + [sql for _, sql, _ in fixed]
-        fixed_params = [p for _, _, params in fixed for p in params]
-        join = " AND ".join(f"t.{qn(column_of(f))} = s.{qn(column_of(f))}" for f in keys)
-        sql = (
-            f"INSERT IGNORE INTO {qn(table)} ({', '.join(insert_cols)}) "
-            f"SELECT {', '.join(select_exprs)} FROM {qn(stage)} s "
-            f"LEFT JOIN {qn(table)} t ON {join} "
+    def _insert_sql(self) -> str:
+        qn = self.qn
+        table, pk = qn(self.model._meta.db_table), qn(column_of(self.model._meta.pk))
+        insert_cols = [qn(column_of(f)) for f in self.columns] + [qn(c) for c, _, _ in self.fixed]
+        select_exprs = [f"s.{qn(column_of(f))}" for f in self.columns] + [sql for _, sql, _ in self.fixed]
+        join = " AND ".join(f"t.{qn(column_of(f))} = s.{qn(column_of(f))}" for f in self.keys)
+        return (
+            f"INSERT IGNORE INTO {table} ({', '.join(insert_cols)}) "
+            f"SELECT {', '.join(select_exprs)} FROM {qn(self.stage)} s "
+            f"LEFT JOIN {table} t ON {join} "
             f"WHERE s._dbq_sid BETWEEN %s AND %s AND t.{pk} IS NULL"
         )
-        t1 = time.monotonic()
+
+    def _insert(self, starts: range, batch_size: int) -> tuple[int, int, list[str]]:
+        """Copy the new keys in chunks of ``batch_size`` staging ids, each its own statement."""
+        sql = self._insert_sql()
+        fixed_params = [p for _, _, params in self.fixed for p in params]
         inserted = chunks = 0
         warnings: list[str] = []
-        starts = list(range(lo, hi + 1, batch_size)) if rows else []
         every = max(1, len(starts) // 10)
         for n, start in enumerate(starts, 1):
-            end = start + batch_size - 1
+            params = [*fixed_params, start, start + batch_size - 1]
             count, chunk_warnings = retry_on_lock_errors(
-                using,
-                partial(_insert_chunk, connection, sql, [*fixed_params, start, end]),
-                "enqueue chunk",
+                self.using, partial(_insert_chunk, self.connection, sql, params), "enqueue chunk"
             )
             inserted += count
             chunks += 1
             warnings.extend(chunk_warnings)
             if n % every == 0 or n == len(starts):
-                say(f"chunk {n}/{len(starts)}: {inserted} inserted so far")
-        insert_seconds = time.monotonic() - t1
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP TABLE IF EXISTS {qn(stage)}")
-    for text in warnings[:20]:
-        logger.warning("enqueue_dataframe into %s: %s", table, text)
-    result = EnqueueResult(
-        rows=rows,
-        inserted=inserted,
-        skipped=rows - inserted,
-        chunks=chunks,
-        stage_seconds=stage_seconds,
-        insert_seconds=insert_seconds,
-        warnings=warnings,
-    )
-    logger.info(
-        "%s: %d inserted, %d skipped of %d rows in %.1fs",
-        opts.label,
-        result.inserted,
-        result.skipped,
-        result.rows,
-        result.seconds,
-    )
-    return result
+                self.say(f"chunk {n}/{len(starts)}: {inserted} inserted so far")
+        return inserted, chunks, warnings
 
 
 def enqueue_messages(
@@ -235,7 +289,7 @@ def enqueue_messages(
     column), built by Spark's ``to_json``. Same guarantees as :func:`enqueue_dataframe`."""
     from pyspark.sql import functions as sf
 
-    from ..handlers import NAME
+    from ..messaging.handlers import NAME
     from ..models import Message
 
     if not NAME.match(kind):

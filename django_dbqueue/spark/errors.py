@@ -7,28 +7,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..states import AttemptOutcome
+from ..tracebacks import ERROR_LINE_LENGTH, ERROR_MASKS
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 #: The exception class at the start of a traceback's last line: a CapWords name, possibly
 #: module-qualified (``requests.exceptions.HTTPError``), then ``:`` and the message, or the end.
 EXCEPTION_LINE = r"^((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9_]*)(?::\s*(.*))?$"
-#: Masks applied in this order (Java regular expressions): an id before its digits are
-#: taken for a number.
-MASKS = (
-    (r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b", "<id>"),
-    (r"\b0[xX][0-9a-fA-F]+\b", "<id>"),
-    # Hashes and tokens: 12+ hex digits with at least one digit and one letter.
-    (r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{12,}\b", "<id>"),
-    (r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+", "<email>"),
-    # Integers, decimals and amounts with thousands separators: 200014, 950.00, 1,234.56.
-    (r"\d+(?:[.,]\d+)*", "<n>"),
-)
+#: Masks applied in this order (Java regular expressions): the ones the admin's dead-letter
+#: console groups by too.
+MASKS = ERROR_MASKS
 #: Raw messages kept per group (the most recently seen distinct ones).
 SAMPLES = 3
 #: Characters of the last line kept as the message (a traceback line can be a whole payload).
-MESSAGE_LENGTH = 300
-ERROR_OUTCOMES = ("failed", "retried", "lost")
+MESSAGE_LENGTH = ERROR_LINE_LENGTH
+ERROR_OUTCOMES = (str(AttemptOutcome.FAILED), str(AttemptOutcome.RETRIED), str(AttemptOutcome.LOST))
 
 
 def last_line(sf: Any, error: str = "error") -> Column:

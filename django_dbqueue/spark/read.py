@@ -20,6 +20,7 @@ from django.db import models as db_models
 
 from ..backends import backend_for
 from ..models import QueueMixin
+from ..tables.attempt import QueueAttempt
 from .session import check_utc
 
 if TYPE_CHECKING:
@@ -190,7 +191,7 @@ def read_table(
 def history_table() -> str:
     """The attempt-history table: ``QueueAttempt``'s when it is installed, else the default name."""
     try:
-        return apps.get_model("django_dbqueue", "QueueAttempt")._meta.db_table
+        return QueueAttempt._meta.db_table
     except LookupError:
         return HISTORY_TABLE
 

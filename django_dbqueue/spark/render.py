@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from django_dbqueue.compat import UTC
+
+from .aggregates import OUTCOMES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -87,12 +91,13 @@ def _rate_basis(s: dict[str, Any]) -> str:
 
 def _summary_tables(summary: Rows) -> list[str]:
     lines = [
-        "| model | jobs | attempts | succeeded | failed | retried | lost | released "
-        "| attempt failure rate | job failure rate | completed / min | rate over |",
-        "|---|" + "---:|" * 10 + "---|",
+        "| model | jobs | attempts | "
+        + " | ".join(OUTCOMES)
+        + " | attempt failure rate | job failure rate | completed / min | rate over |",
+        "|---|" + "---:|" * (len(OUTCOMES) + 5) + "---|",
     ]
     for s in summary:
-        counts = [s[k] for k in ("jobs", "attempts", "succeeded", "failed", "retried", "lost", "released")]
+        counts = [s[k] for k in ("jobs", "attempts", *OUTCOMES)]
         lines.append(
             f"| {s['model']} | "
             + " | ".join(_fmt(c) for c in counts)

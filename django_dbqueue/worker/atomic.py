@@ -8,17 +8,27 @@ did to the transaction, and its own error is kept.
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, transaction
 from django.db.transaction import TransactionManagementError
 
-from .. import claims, outcomes
+from ..backends import backend_for
+from ..exceptions import Park
+from ..queue import claims
+from ..queue.outcome import Outcome
+from ..queue.record import Recorded, fence_success
+from ..queue.statements import statements
+from . import leaks
+from .claimed import ClaimedRows
 from .sizing import atomic_group
 
 if TYPE_CHECKING:
     from ..models import QueueMixin
-    from .jobs import Batch
+
+logger = logging.getLogger("django_dbqueue.worker")
 
 
 class HandlerFailed(Exception):
@@ -37,125 +47,239 @@ def left_for_rollback(using: str) -> TransactionManagementError | None:
     return None
 
 
-def run_atomic(batch: Batch) -> None:
-    group = atomic_group(batch.model)
-    for start in range(0, len(batch.rows), group):
-        if batch.must_stop():
-            batch.release(batch.rows[start:])
+def run_atomic(claimed: ClaimedRows) -> None:
+    group = atomic_group(claimed.model)
+    for start in range(0, len(claimed.rows), group):
+        if claimed.must_stop():
+            claimed.give_back(claimed.rows[start:])
             return
-        chunk = batch.rows[start : start + group]
+        chunk = claimed.rows[start : start + group]
         # From here the row lock keeps the rows, not the lease: renewing them would wait
         # for that lock.
-        batch.worker.keeper.forget(batch.claim, [row.pk for row in chunk])
+        claimed.context.keeper.forget(claimed.claim, [row.pk for row in chunk])
         if len(chunk) == 1:
-            _one(batch, chunk[0])
+            _one(claimed, chunk[0])
         else:
-            _group(batch, chunk)
-        if batch.abandoned:
+            _group(claimed, chunk)
+        if claimed.abandoned:
             return
 
 
-def _one(batch: Batch, row: QueueMixin) -> None:
-    using = batch.claim.using
+def _one(claimed: ClaimedRows, row: QueueMixin) -> None:
+    using = claimed.claim.using
     error: BaseException | None = None
+    park: Park | None = None
     committing = lost = False
     try:
         with transaction.atomic(using=using):
-            if not claims.lock_held(batch.model, [row.pk], batch.claim):
+            held, written_at = _hold(claimed, row)
+            if not held:
                 lost = True
             else:
-                error = batch.cancelled(row) or batch.worker.call(row) or left_for_rollback(using)
+                error = claimed.cancelled(row) or claimed.context.call(row) or left_for_rollback(using)
                 # Asked to cancel while it ran, and it finished anyway: nothing of it commits.
-                error = error or batch.cancelled(row)
+                error = error or claimed.cancelled(row)
+                park, error = _parked(claimed, row, error, written_at)
                 if error is not None:
                     transaction.set_rollback(True, using=using)
                 else:
                     # Lost only if the handler deleted its own row: what it did commits.
-                    lost = bool(outcomes.succeed(batch.model, [row], batch.claim))
+                    lost = bool(_write_end(claimed, row, park, written_at).rejected)
                     committing = True
     except Exception as exc:  # noqa: BLE001 - sorted out below
-        if committing and claims.succeeded(batch.model, row.pk, batch.claim):
-            batch.after_commit_error(row, exc)
+        if committing and _committed(claimed, row, park):
+            claimed.after_commit_error(row, exc)
             return
-        error = batch.rolled_back(exc)
-    if batch.left_in_transaction([row]):
+        error = claimed.rolled_back(exc)
+    if _left_in_transaction(claimed, [row]):
         return
     if lost:
-        batch.lost(row)
+        claimed.lost(row)
     elif error is not None:
-        batch.fail(row, error)
+        claimed.fail(row, error)
+    elif park is not None:
+        claimed.context.stats.parked += 1
     else:
-        batch.stats.succeeded += 1
+        claimed.context.stats.succeeded += 1
 
 
-def _group(batch: Batch, chunk: list[QueueMixin]) -> None:
-    using = batch.claim.using
+def _hold(claimed: ClaimedRows, row: QueueMixin) -> tuple[bool, datetime | None]:
+    """The job's first statement: whether the claim still holds ``row``, which stays locked
+    until the job's transaction ends; and when its success was written, if it was.
+
+    Where rows can be locked, the fenced success UPDATE is that statement (see
+    :func:`~django_dbqueue.queue.record.fence_success`): one round trip where a locking read
+    and the UPDATE after the handler were two; a failing handler rolls it back with its own
+    writes. A model whose handler reads its own state RUNNING, and a handler that may park (a
+    durable workflow's), are the exceptions (:func:`success_first`): their row is locked by the
+    read and their end written after the handler returns. SQLite locks the whole database for
+    the first write instead: a write before the handler would keep every other writer out
+    while it runs, so there the read comes first and the success is written after the
+    handler."""
+    if backend_for(claimed.claim.using).skip_locked and success_first(claimed.model):
+        written_at = fence_success(claimed.model, claimed.claim, row)
+        return written_at is not None, written_at
+    return bool(statements(claimed.model, claimed.claim.using).lock_held([row.pk], claimed.claim)), None
+
+
+def _parked(
+    claimed: ClaimedRows, row: QueueMixin, error: BaseException | None, written_at: datetime | None
+) -> tuple[Park | None, BaseException | None]:
+    """A run that raised :class:`Park` ended as it meant to: what it did commits with the
+    park, unless it left its transaction marked for rollback or was cancelled meanwhile. A
+    handler not marked as one that may park had its success written first (:func:`_hold`):
+    its Park is an error, and nothing of the run commits."""
+    if not isinstance(error, Park):
+        return None, error
+    if written_at is not None:
+        return None, TypeError(
+            f"{claimed.model.__name__}.process() raised Park, which only a handler that may park "
+            "raises (a durable workflow's: decorate it with @workflow)"
+        )
+    return error, left_for_rollback(claimed.claim.using) or claimed.cancelled(row)
+
+
+def success_first(model: type[QueueMixin]) -> bool:
+    """Whether atomic mode writes ``model``'s success before its handler runs (:func:`_hold`):
+    unless the model says not (``queue_success_first = False``: its handler reads its own
+    state RUNNING, as a ``django.tasks`` task does) or its handler may park."""
+    return bool(getattr(model, "queue_success_first", True)) and not may_park(model)
+
+
+def may_park(model: type[QueueMixin]) -> bool:
+    """Whether ``model``'s handler may end a run by parking (raising :class:`Park`) rather
+    than in success: a durable workflow's (``@workflow`` marks it ``may_park``)."""
+    return bool(getattr(getattr(model, "process", None), "may_park", False))
+
+
+def _write_end(
+    claimed: ClaimedRows, row: QueueMixin, park: Park | None, written_at: datetime | None
+) -> Recorded:
+    """Write the end of a run that raised nothing (or parked), inside its transaction: the
+    rest of a success whose UPDATE came first (:func:`_hold`), or all of it."""
+    if park is not None:
+        return claimed.write_parked(row, park)
+    if written_at is not None:
+        return claimed.write_fenced_success(row, written_at)
+    return claimed.write([Outcome.succeeded(row)])
+
+
+def _committed(claimed: ClaimedRows, row: QueueMixin, park: Park | None) -> bool:
+    """After an error at the commit: did the row's end commit all the same?"""
+    if park is None:
+        return claims.succeeded(claimed.model, row.pk, claimed.claim)
+    return not claims.fenced(claimed.model, [row.pk], claimed.claim).exists()
+
+
+def _group(claimed: ClaimedRows, chunk: list[QueueMixin]) -> None:
+    using = claimed.claim.using
     done: list[QueueMixin] = []
     failed: list[tuple[QueueMixin, BaseException]] = []
+    parked: list[tuple[QueueMixin, Park]] = []
     held: set[Any] = set()
     committing = False
     try:
         with transaction.atomic(using=using):
-            held = claims.lock_held(batch.model, [row.pk for row in chunk], batch.claim)
+            fenced = statements(claimed.model, using)
+            held = fenced.lock_held([row.pk for row in chunk], claimed.claim)
             for row in chunk:
                 if row.pk in held:
-                    error = _in_savepoint(batch, row)
+                    error = _in_savepoint(claimed, row)
                     if error is None:
                         done.append(row)
+                    elif isinstance(error, Park):
+                        parked.append((row, error))
                     else:
                         failed.append((row, error))
-            lost = outcomes.succeed(batch.model, done, batch.claim)
-            for row, error in failed:
-                outcomes.fail(row, batch.claim, error)  # cannot be lost: its lock is held
+            # A failure cannot be lost: its lock is held; a success only if its handler
+            # deleted its own row.
+            outcomes = [Outcome.succeeded(row) for row in done]
+            outcomes += [Outcome.failed(row, error) for row, error in failed]
+            outcomes += [claimed.parked(row, park) for row, park in parked]
+            recorded = claimed.write(outcomes)
+            for row, park in parked:  # in the transaction, the rows written: see Park
+                if park.then is not None and row.pk in recorded:
+                    park.then()
             committing = True
     except Exception as exc:  # noqa: BLE001 - sorted out below
         first = next(iter(held), None)
-        if committing and first is not None and _group_committed(batch, done, failed):
-            batch.after_commit_error(done[0] if done else failed[0][0], exc)
+        others = [row for row, _error in failed] + [row for row, _park in parked]
+        if committing and first is not None and _group_committed(claimed, done, others):
+            claimed.after_commit_error(done[0] if done else others[0], exc)
             return
         # Nothing of the group committed, its failures written inside it neither.
-        error = batch.rolled_back(exc)
+        error = claimed.rolled_back(exc)
         for row in chunk:
             if row.pk in held:
-                batch.fail(row, error)
+                claimed.fail(row, error)
             else:
-                batch.lost(row)
+                claimed.lost(row)
         return
-    if batch.left_in_transaction(chunk):
+    if _left_in_transaction(claimed, chunk):
         return
     for row in chunk:
         if row.pk not in held:
-            batch.lost(row)
-    batch.stats.succeeded += len(done) - len(lost)
-    batch.stats.failed += len(failed)
-    batch.stats.lost += len(lost)
+            claimed.lost(row)
+    claimed.count(outcomes, recorded)
 
 
-def _in_savepoint(batch: Batch, row: QueueMixin) -> BaseException | None:
-    using = batch.claim.using
+def _in_savepoint(claimed: ClaimedRows, row: QueueMixin) -> BaseException | None:
+    using = claimed.claim.using
     try:
         with transaction.atomic(using=using):
-            error = batch.cancelled(row) or batch.worker.call(row) or left_for_rollback(using)
-            error = error or batch.cancelled(row)  # see _one
+            error = claimed.cancelled(row) or claimed.context.call(row) or left_for_rollback(using)
+            error = error or claimed.cancelled(row)  # see _one
+            park, error = _parked(claimed, row, error, None)  # a group locks by a read first
             if error is not None:
                 raise HandlerFailed(error)
+            if park is not None:
+                return park  # kept: what it did commits with its park
     except HandlerFailed as failed:
         return failed.error
     except DatabaseError as exc:
         # The savepoint could not be released (e.g. PostgreSQL after an error the
         # handler swallowed): Django rolled it back; the handler's attempt failed.
-        if batch.connection_lost(exc):
+        if claimed.connection_lost(exc):
             raise
         return exc
     return None
 
 
-def _group_committed(
-    batch: Batch, done: list[QueueMixin], failed: list[tuple[QueueMixin, BaseException]]
-) -> bool:
-    row = done[0] if done else failed[0][0] if failed else None
-    if row is None:
-        return False
+def _group_committed(claimed: ClaimedRows, done: list[QueueMixin], others: list[QueueMixin]) -> bool:
+    """After an error at the commit: did the group commit all the same? ``others``: its
+    failed and parked rows, whose claim ends with the commit."""
     if done:
-        return claims.succeeded(batch.model, row.pk, batch.claim)
-    return not claims.fenced(batch.model, [row.pk], batch.claim).exists()
+        return claims.succeeded(claimed.model, done[0].pk, claimed.claim)
+    if others:
+        return not claims.fenced(claimed.model, [others[0].pk], claimed.claim).exists()
+    return False
+
+
+def _left_in_transaction(claimed: ClaimedRows, rows: list[QueueMixin]) -> bool:
+    """A handler entered ``atomic()`` and did not leave it, so the worker's own block closed
+    the handler's instead and the job's transaction never ended: its outcome and every later
+    statement would sit in it, holding the rows' locks. Nothing of it committed. The
+    connection is closed (the server rolls it all back); on a fresh one the job fails (a
+    group's rows run again alone: one of them did it) and the rest of the claim is given
+    back; the worker stops (its supervisor starts a new process)."""
+    leak = None if claimed.context.in_transaction else leaks.left_open(claimed.claim.using)
+    if leak is None:
+        return False
+    logger.error("%s pk=%s: %s", claimed.model._meta.label, ", ".join(str(row.pk) for row in rows), leak)
+    usable = leaks.restore(claimed.claim.using)
+    rest = claimed.rows[claimed.rows.index(rows[-1]) + 1 :]
+
+    def write() -> None:
+        if len(rows) == 1:
+            claimed.fail(rows[0], leak)
+        else:
+            claimed.retry_alone(rows, leak)
+        claimed.give_back(rest)
+
+    if usable:
+        write()
+    else:
+        leaks.on_a_fresh_connection(write)
+        claimed.context.stop.fatal = leak
+    claimed.abandoned = True
+    return True

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
     from ..models import QueueMixin
-    from .loop import Worker
 
 logger = logging.getLogger("django_dbqueue.worker")
 
@@ -76,9 +75,16 @@ class IdleTransactionGuard:
         self.unsupported: set[str] = set()
 
     @classmethod
-    def for_worker(cls, worker: Worker) -> IdleTransactionGuard:
+    def for_models(
+        cls,
+        models: Iterable[type[QueueMixin]],
+        db_for: Callable[[type[QueueMixin]], str],
+        lease: timedelta | None,
+        in_transaction: bool,
+    ) -> IdleTransactionGuard:
+        """The guard of a worker serving ``models`` (see :func:`idle_bounds`)."""
         # Inside a caller's transaction (a TestCase) the connection is not the worker's to bound.
-        return cls({} if worker.in_transaction else idle_bounds(worker.models, worker.db_for, worker.lease))
+        return cls({} if in_transaction else idle_bounds(models, db_for, lease))
 
     def install(self) -> None:
         if not self.bounds:

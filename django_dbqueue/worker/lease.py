@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
 
-from .. import cancellation, outcomes
 from ..conf import settings
-from ..leases import Claim
+from ..flow import cancellation
+from ..queue.lease import Claim
+from ..queue.outcome import Outcome
+from ..queue.record import record, renew
 from . import registry
 
 if TYPE_CHECKING:
@@ -159,7 +161,7 @@ class LeaseKeeper:
 
     def _renew(self, model: type[QueueMixin], claim: Claim, ids: list[Any]) -> None:
         try:
-            missing = set(ids) - outcomes.renew(model, ids, claim)
+            missing = set(ids) - renew(model, ids, claim)
             if missing:
                 self._mark_lost(claim, missing)
         except DatabaseError as exc:
@@ -202,7 +204,8 @@ class LeaseKeeper:
         for by in set(new.values()):
             ids = [pk for pk, who in new.items() if who == by and pk in held]
             try:
-                written = outcomes.end_cancelled(model, ids, claim, cancellation.reason(by))
+                why = cancellation.reason(by)
+                written = record(model, claim, [Outcome.cancelled(pk, why) for pk in ids]).written
             except DatabaseError as exc:
                 logger.warning("cancelling %s rows failed: %s", model._meta.label, exc)
                 connections.close_all()

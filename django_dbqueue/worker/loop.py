@@ -12,32 +12,33 @@ connection and leaves it open: no keeper or ticker thread, no listener, no closi
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
-from typing import cast
 
-from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
-from .. import signals, traces
+from .. import signals
 from ..conf import settings
-from ..exceptions import Discard, JobCancelled, JobTimeout
-from ..leases import as_timedelta, default_worker_id
-from ..limits import limits_of
+from ..flow.limits import limits_of
 from ..models import QueueMixin, queue_models
-from . import leaks, outage, registry
-from .calls import handler_kind, observed
+from ..observability import traces
+from ..queue.lease import as_timedelta, default_worker_id
+from . import leaks, registry
+from .calls import HandlerCall
+from .claimed import ExecutionContext
+from .executor import execute
 from .idle import IdleTransactionGuard
-from .jobs import Batch
-from .lease import HardTimeoutHook, LeaseKeeper, Running
+from .lease import HardTimeoutHook, LeaseKeeper
+from .outage import Outages
 from .shutdown import install_signals
 from .sizing import ClaimSizer, atomic_group, default_batch_size
 from .stats import WorkerStats
+from .stop import StopFlag
 from .tables import check_tables, has_queue_column
 from .ticker import Ticker
 from .wakeup import Listener
@@ -61,7 +62,7 @@ class Worker:
         handle_signals: bool = True,
         stop_signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
         on_hard_timeout: HardTimeoutHook | None = None,
-        parent_pid: int | None = None,
+        on_claim: Callable[[type[QueueMixin], int, bool], None] | None = None,
         schedules: bool = True,
     ) -> None:
         self.models = list(models) if models else queue_models()
@@ -84,31 +85,40 @@ class Worker:
                 )
         self.handle_signals = handle_signals
         self.stop_signals = tuple(stop_signals) if handle_signals else ()
-        self.parent_pid = parent_pid
+        #: Told (model, token, True) when a claim is taken and (..., False) when it is done
+        #: with: the supervisor knows which rows a worker that dies held.
+        self.on_claim = on_claim or (lambda model, token, held: None)
         self.stats = WorkerStats()
-        self.fatal: BaseException | None = None
-        self.stopping_event = threading.Event()
         self._wake = threading.Event()  # set by stop() and by a notification
+        self.stop_flag = StopFlag(self._wake)
         self._listener: Listener | None = None
         self._registry_db: str | None = None
         self.keeper = LeaseKeeper(self.worker_id, lambda: self._registry_db, on_hard_timeout)
+        self.call = HandlerCall(self.keeper, self.stop_flag)
         self.ticker = Ticker(self.worker_id, database, enabled=schedules)
         self._next_rescue = 0.0
-        self.alarm = False  # SIGALRM enforces queue_timeout (main thread only)
         self._sizer = ClaimSizer()
         #: Inside a caller's transaction (a TestCase): see the module's docstring.
         self.in_transaction = False
+        #: What running a claim's rows and riding out an outage take from this worker (their
+        #: ``in_transaction`` is set by ``run()``).
+        self.execution = ExecutionContext(self.worker_id, self.call, self.keeper, self.stats, self.stop_flag)
+        self.outages = Outages(self.worker_id, self.models, database, self.databases(), self.stop_flag)
 
     # -- control -----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop claiming; the running job finishes, unstarted claimed rows are given back."""
-        self.stopping_event.set()
-        self._wake.set()
+        self.stop_flag.stop()
 
     @property
     def stopping(self) -> bool:
-        return self.stopping_event.is_set()
+        return self.stop_flag.stopping
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """What a handler raised that stopped this worker (see ``stop``), if anything did."""
+        return self.stop_flag.fatal
 
     def db_for(self, model: type[QueueMixin]) -> str:
         return self.database or router.db_for_write(model) or DEFAULT_DB_ALIAS
@@ -118,8 +128,12 @@ class Worker:
     def run(self) -> WorkerStats:
         databases = sorted({self.db_for(model) for model in self.models})
         self.in_transaction = any(connections[using].in_atomic_block for using in databases)
-        restore = install_signals(self) if threading.current_thread() is threading.main_thread() else None
-        guard = IdleTransactionGuard.for_worker(self)
+        self.execution = replace(self.execution, in_transaction=self.in_transaction)
+        self.outages = replace(self.outages, in_transaction=self.in_transaction)
+        restore = None
+        if threading.current_thread() is threading.main_thread():
+            restore = install_signals(self.worker_id, self.stop_signals, self.stop_flag, self.call)
+        guard = IdleTransactionGuard.for_models(self.models, self.db_for, self.lease, self.in_transaction)
         try:
             guard.install()
             check_tables(self.models, self.database)
@@ -158,9 +172,6 @@ class Worker:
         busy = dict.fromkeys(self.models, True)  # a busy model is claimed without a probe first
         db_failures = 0
         while not self.stopping:
-            if self.parent_pid is not None and os.getppid() != self.parent_pid:
-                logger.warning("worker %s: supervisor is gone, stopping", self.worker_id)
-                break
             try:
                 self._maybe_rescue()
                 did_work = held = False  # held: ready rows a limit kept back (burst waits for them)
@@ -180,13 +191,12 @@ class Worker:
                     held = held or (not rows and limits_of(model) is not None and qs.has_ready())
                     if rows:
                         did_work = True
-                        self._run_batch(model, rows)
+                        self._run_claim(model, rows)
                 db_failures = 0
             except DatabaseError as exc:
-                if self.in_transaction or not outage.is_outage(exc, self.databases()):
-                    raise
                 db_failures += 1
-                outage.wait_it_out(self, exc, db_failures)
+                if not self.outages.ride_out(exc, db_failures):
+                    raise
                 continue
             if self._quota_left() == 0 or self.fatal is not None:
                 break
@@ -202,58 +212,20 @@ class Worker:
                 continue
             idle_sleep = min(idle_sleep * 2, self._idle_ceiling())
 
-    def _run_batch(self, model: type[QueueMixin], rows: list[QueueMixin]) -> None:
+    def _run_claim(self, model: type[QueueMixin], rows: list[QueueMixin]) -> None:
         claim = rows[0].queue_claim()
         self.stats.claimed += len(rows)
         signals.job_claimed.send(model, rows=rows, worker_id=self.worker_id)
         self.keeper.hold(model, claim, [row.pk for row in rows])
+        self.on_claim(model, claim.token, True)
         started = time.monotonic()
         try:
-            Batch(self, model, rows, claim).run()
+            execute(self.execution, model, rows, claim)
         finally:
             self.keeper.drop(claim)
-        if not self.stopping:  # a batch cut short says nothing of how long its jobs take
+            self.on_claim(model, claim.token, False)
+        if not self.stopping:  # a claim cut short says nothing of how long its jobs take
             self._sizer.observe(model, len(rows), time.monotonic() - started)
-
-    def call(self, row: QueueMixin) -> BaseException | None:
-        """Run one handler, in its span and timed; return what it raised (None on success)."""
-        with observed(row) as done:
-            return done(self._call(row))
-
-    def _call(self, row: QueueMixin) -> BaseException | None:
-        timeout = type(row).queue_timeout
-        # Known to the keeper even without a timeout: a cancel request interrupts it.
-        token = row._queue_claim.token if row._queue_claim else 0
-        running = Running(type(row), row.pk, token, float(timeout or 0), time.monotonic())
-        self.keeper.running = running
-        if timeout and self.alarm:
-            signal.setitimer(signal.ITIMER_REAL, float(timeout))
-        try:
-            kind = handler_kind(type(row))
-            if kind == "async":
-                # Run in this thread's event loop; the ORM calls it makes through
-                # sync_to_async come back to this thread, its connection and its transaction.
-                async_to_sync(cast(Callable[[], Awaitable[None]], row.process))()
-            elif kind == "generator":
-                raise Discard(
-                    f"{type(row).__name__}.process() is a generator function: calling it runs nothing"
-                )
-            else:
-                row.process()
-            return None
-        except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
-            return exc
-        except BaseException as exc:  # noqa: BLE001 - JobTimeout, SystemExit, KeyboardInterrupt
-            if not isinstance(exc, (JobTimeout, JobCancelled)):
-                # A failed attempt like any other; then this worker stops: the handler asked
-                # the process to exit, and the supervisor decides what follows.
-                self.fatal = exc
-            return exc
-        finally:
-            running.finished = True
-            if timeout and self.alarm:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            self.keeper.running = None
 
     def _register(self) -> None:
         """Join the WorkerProcess table; a database that is down or read-only is waited for."""
@@ -263,10 +235,9 @@ class Worker:
                 registry.register(self.worker_id, self.models, self._registry_db or "default")
                 return
             except DatabaseError as exc:
-                if self.in_transaction or not outage.is_outage(exc, self.databases()):
-                    raise
                 failures += 1
-                outage.wait_it_out(self, exc, failures)
+                if not self.outages.ride_out(exc, failures):
+                    raise
 
     def databases(self) -> list[str]:
         return sorted({self.db_for(model) for model in self.models})

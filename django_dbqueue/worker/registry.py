@@ -8,19 +8,17 @@ import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from django.apps import apps
 from django.db import DatabaseError
 
 from ..backends import DbNow
+from ..tables.worker_process import WorkerProcess
 
 if TYPE_CHECKING:
     from django.db.models import Model
 
-    from ..models import WorkerProcess
-
 
 def _table() -> type[WorkerProcess]:
-    return apps.get_model("django_dbqueue", "WorkerProcess")
+    return WorkerProcess
 
 
 def register(worker_id: str, queue_models: Sequence[type[Model]], using: str) -> None:

@@ -14,6 +14,7 @@ class WorkerStats:
     lost: int = 0  # outcomes rejected because the claim was lost
     rescued: int = 0
     cancelled: int = 0  # ended CANCELLED on request while this worker held them
+    parked: int = 0  # runs that parked their row (a workflow's next step, sleep or wait)
 
     @property
     def processed(self) -> int:

@@ -1,12 +1,12 @@
 """``Supervisor``: runs N worker processes and keeps them alive (``runqueue --concurrency N``).
 
-Each worker is a forked child in the supervisor's process group, so killing the group
-(``kill -9 -PGID``, a container runtime, systemd) stops every worker at once. The children
-ignore SIGINT: a terminal's Ctrl-C reaches the whole group, and only the supervisor acts on
-it, forwarding one SIGTERM (graceful) and, on a second signal, SIGKILL.
-A child that dies unexpectedly is replaced; a child whose handler ignored its timeout
-reports the row over a pipe and exits, and the supervisor records that attempt as failed
-("timed out") once the child's database session (and its locks) are gone.
+How a stop reaches the workers, and what a handler forks: see ``children``.
+
+A child that dies unexpectedly is replaced; the rows of the claims it still held are put back
+at once, their reason naming how it died ("worker process killed by SIGSEGV while running this
+job"), instead of waiting for their lease. A child whose handler ignored its timeout reports the
+row over the status pipe and exits, and the supervisor records that attempt as failed ("timed
+out") once the child's group (and its database sessions and locks) are gone.
 """
 
 from __future__ import annotations
@@ -19,41 +19,26 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, TextIO
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, connections, router
 
-from .. import claims
 from ..exceptions import JobTimeout, LeaseLost
 from ..models import QueueMixin
-from .loop import Worker, WorkerStats
+from ..queue import claims, rescue
+from . import children, startup
+from .children import EXIT_CONFIG, EXIT_HARD_TIMEOUT, Child
+from .loop import WorkerStats
 from .progress import Progress
 from .tables import check_tables
 
 logger = logging.getLogger("django_dbqueue.supervisor")
 
-#: Exit code of a child whose handler would not stop at its timeout.
-EXIT_HARD_TIMEOUT = 75
 #: Seconds a child must have lived for its death not to count as part of a crash loop.
 STABLE_AFTER = 60.0
-#: Exit code of a child that found the setup unusable (a queue table is missing): replacing
-#: it would only crash again, so the supervisor stops with the child's message.
-EXIT_CONFIG = 78
-
-
-@dataclass
-class _Child:
-    index: int
-    pid: int
-    reader: int
-    buffer: bytes = b""
-    stats: dict[str, int] = field(default_factory=dict)
-    timeouts: list[dict[str, Any]] = field(default_factory=list)
-    started: float = field(default_factory=time.monotonic)
 
 
 class Supervisor:
@@ -70,7 +55,7 @@ class Supervisor:
         self.progress = progress
         self.stdout = stdout or sys.stdout
         self.base_id = worker_options.pop("worker_id", None) or f"{os.uname().nodename}:{os.getpid()}"
-        self.children: dict[int, _Child] = {}
+        self.children: dict[int, Child] = {}
         self.totals = WorkerStats()
         self.stopping = False
         self.failures = 0
@@ -81,47 +66,13 @@ class Supervisor:
     # -- children --------------------------------------------------------------------------
 
     def _spawn(self, index: int) -> None:
-        reader, writer = os.pipe()
         connections.close_all()  # a forked child must not share the parent's sockets
-        pid = os.fork()
-        if pid == 0:  # the child
-            os.close(reader)
-            # Ctrl-C is the supervisor's to handle (it reaches the whole process group).
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            code = 1
-            try:
-                code = self._child_main(index, writer)
-            except ImproperlyConfigured as exc:
-                logger.error("worker process %d stopped: %s", index, exc)
-                _send(writer, {"fatal": str(exc)})
-                code = EXIT_CONFIG
-            except BaseException:
-                logger.exception("worker process %d crashed", index)
-            finally:
-                os._exit(code)
-        os.close(writer)
-        self.children[pid] = _Child(index=index, pid=pid, reader=reader)
-
-    def _child_main(self, index: int, writer: int) -> int:
-        parent = os.getppid()
-
-        def send(message: dict[str, Any]) -> None:
-            _send(writer, message)
-
-        def hard_timeout(model: type[QueueMixin], pk: Any, token: int, seconds: float) -> None:
-            send({"hard_timeout": {"model": model._meta.label, "pk": pk, "token": token, "seconds": seconds}})
-            os._exit(EXIT_HARD_TIMEOUT)
-
-        worker = Worker(
-            **{**self.options, "schedules": self.options.get("schedules", True) and index == 0},  # 1 per host
-            worker_id=f"{self.base_id}-{index}",
-            on_hard_timeout=hard_timeout,
-            stop_signals=(signal.SIGTERM,),  # Ctrl-C is the supervisor's (see the module's docstring)
-            parent_pid=parent,
-        )
-        stats = worker.run()
-        send({"stats": stats.as_dict()})
-        return 0 if worker.fatal is None else 1
+        child = children.fork_worker(index, self.options, self.base_id, list(self.children.values()))
+        self.children[child.pid] = child
+        if self.stopping:
+            # The stop came while this worker was being forked, before it was in
+            # self.children: it gets the same one stop the others got.
+            self._stop(child)
 
     # -- the supervisor loop ---------------------------------------------------------------
 
@@ -129,12 +80,17 @@ class Supervisor:
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        if startup.stop_requested():  # a signal while Django started: stop before starting
+            self.stopping = True
+            logger.info("stop signal received while starting: no worker started")
         bar = None
         try:
             if not self._wait_for_database():
                 return self.totals
             bar = self._progress_bar()
             for index in range(self.concurrency):
+                if self.stopping:  # a signal while the database was awaited or a worker forked
+                    break
                 self._spawn(index)
             while self.children or self.restarts:
                 self._read_pipes(timeout=0.2)
@@ -155,15 +111,28 @@ class Supervisor:
         if self.stopping:
             logger.warning("second signal: killing %d worker process(es)", len(self.children))
             for pid in self.children:
-                _kill(pid, signal.SIGKILL)
+                children.killpg(pid, signal.SIGKILL)
+                children.kill(pid, signal.SIGKILL)  # in case it had not made its group yet
             os._exit(128 + signum)
-        self.stopping = True
         logger.info(
             "%s received: workers finish their current job (signal again to exit now)",
             signal.Signals(signum).name,
         )
-        for pid in self.children:
-            _kill(pid, signal.SIGTERM)
+        self._stop_children()
+
+    def _stop_children(self) -> None:
+        """One graceful stop for every worker: a byte on its stop pipe, not a signal (see
+        ``children``), so a worker that also got the signal itself still stops once."""
+        self.stopping = True
+        for child in list(self.children.values()):
+            self._stop(child)
+
+    @staticmethod
+    def _stop(child: Child) -> None:
+        try:
+            os.write(child.stopper, b"s")
+        except OSError:  # it has exited already
+            pass
 
     def _read_pipes(self, timeout: float) -> None:
         readers = {child.reader: child for child in self.children.values()}
@@ -174,47 +143,54 @@ class Supervisor:
         for fd in ready:
             self._drain(readers[fd])
 
-    def _drain(self, child: _Child) -> None:
+    def _drain(self, child: Child) -> bool:
+        """Read what the child wrote; False when there is nothing (more) to read now.
+
+        The read end does not block: a process a handler forked may still hold the write end
+        after the worker exited, and the supervisor must never wait for it."""
         try:
             chunk = os.read(child.reader, 65536)
-        except OSError:
-            return
+        except OSError:  # BlockingIOError: nothing there now
+            return False
+        if not chunk:
+            return False
         child.buffer += chunk
         *lines, child.buffer = child.buffer.split(b"\n")
         for line in lines:
             message = json.loads(line)
             if "stats" in message:
                 child.stats = message["stats"]
+            if "held" in message:
+                child.held[message["held"]["token"]] = message["held"]["model"]
+            if "dropped" in message:
+                child.held.pop(message["dropped"]["token"], None)
             if "hard_timeout" in message:
                 child.timeouts.append(message["hard_timeout"])
             if "fatal" in message:
                 self.fatal = message["fatal"]
+        return True
 
     def _reap(self) -> None:
         for pid in list(self.children):
-            try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done, status = pid, 0
-            if done == 0:
+            status = children.reap_with_group(pid)
+            if status is None:
                 continue
             child = self.children.pop(pid)
-            while True:  # whatever the child wrote before it exited
-                before = len(child.buffer)
-                self._drain(child)
-                if len(child.buffer) == before:
-                    break
+            while self._drain(child):  # whatever the child wrote before it exited
+                pass
             os.close(child.reader)
+            os.close(child.stopper)
             for name, value in child.stats.items():
                 setattr(self.totals, name, getattr(self.totals, name) + value)
             for report in child.timeouts:
                 self._record_hard_timeout(report)
+                child.held.pop(report["token"], None)
             code = os.waitstatus_to_exitcode(status)
+            if child.held:
+                self._give_back(child, code)
             if code == EXIT_CONFIG and self.fatal and not self.stopping:
                 logger.error("stopping all worker processes: %s", self.fatal)
-                self.stopping = True
-                for pid in self.children:
-                    _kill(pid, signal.SIGTERM)
+                self._stop_children()
             if code == 0 or self.stopping:
                 continue
             # Back off while children keep dying young; one that ran a while was not a
@@ -224,10 +200,30 @@ class Supervisor:
             self.failures += 1
             pause = min(0.5 * 2 ** min(self.failures, 5), 15.0)
             logger.warning(
-                "worker process %d exited with %s; replacing it in %.1fs", child.index, code, pause
+                "worker process %d %s; replacing it in %.1fs", child.index, children.how_it_ended(code), pause
             )
             # Scheduled, not slept: the other children's pipes and exits are served meanwhile.
             self.restarts[child.index] = time.monotonic() + pause
+
+    def _give_back(self, child: Child, code: int) -> None:
+        """The child died holding claims: put their rows back now, with how it died as the
+        reason, rather than after their lease with "lease expired". Its group is gone, so are
+        its sessions; a row still locked by one (the server has not noticed yet) is skipped
+        and its lease brings it back."""
+        cause = f"worker process {children.how_it_ended(code)}"
+        if code == EXIT_HARD_TIMEOUT:
+            cause = "worker process replaced after a handler ignored its timeout"
+        using = self.options.get("database")
+        for token, label in child.held.items():
+            try:
+                model = apps.get_model(label)
+                rescue.rescue_claim(
+                    model, using or router.db_for_write(model) or DEFAULT_DB_ALIAS, token, cause
+                )
+            except (DatabaseError, LookupError) as exc:
+                logger.warning("could not give back the rows of worker process %d: %s", child.index, exc)
+            finally:
+                connections.close_all()
 
     def _restart_due(self) -> None:
         now = time.monotonic()
@@ -283,18 +279,3 @@ class Supervisor:
             return None
         models: Sequence[type[QueueMixin]] = self.options.get("models") or []
         return Progress(models, self.options.get("database"), self.stdout)
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _send(writer: int, message: dict[str, Any]) -> None:
-    """Report to the supervisor; if it is gone (killed), there is nobody to tell."""
-    try:
-        os.write(writer, (json.dumps(message) + "\n").encode())
-    except OSError:  # BrokenPipeError: the supervisor died first
-        pass

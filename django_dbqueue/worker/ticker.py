@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from ..conf import settings
 
@@ -27,6 +27,8 @@ logger = logging.getLogger("django_dbqueue.schedules")
 
 #: Longest pause after failed ticks (a database outage, a missing table), in seconds.
 LONGEST_PAUSE = 30.0
+#: Seconds between two looks at whether any schedule is enabled (for what an outage logs).
+LOOK_INTERVAL = 60.0
 #: Seconds between two upkeeps of the history's partitions (after a failure too).
 PARTITION_UPKEEP_INTERVAL = 3600.0
 
@@ -39,6 +41,10 @@ class Ticker:
         self.synced = False
         self.failures = 0
         self.next_upkeep = 0.0
+        #: Whether the database holds an enabled schedule (looked up once a LOOK_INTERVAL):
+        #: only then is an outage the ticker's to report.
+        self.scheduled = True
+        self.next_look = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"dbqueue-schedules-{worker_id}", daemon=True)
 
@@ -58,7 +64,7 @@ class Ticker:
     def tick(self) -> int:
         """Sync (the first time), then fire what is due; errors are logged, never raised."""
         # Here, not at import: the worker also runs without django_dbqueue's own tables.
-        from ..schedules.firing import database, fire_due
+        from ..schedules.firing import database, fire_due, schedules_exist
         from ..schedules.syncing import sync
 
         using = self.database or database()
@@ -66,23 +72,52 @@ class Ticker:
             if not self.synced:
                 sync(using)
                 self.synced = True
+            if time.monotonic() >= self.next_look:
+                self.scheduled = schedules_exist(using)
+                self.next_look = time.monotonic() + LOOK_INTERVAL
             fired = fire_due(using, self.worker_id)
-        except Exception as exc:  # noqa: BLE001 - a tick must never stop the worker
+        except DatabaseError as exc:
             self.failures += 1
-            log = logger.warning if self.failures in (1, 10) or self.failures % 100 == 0 else logger.debug
-            log("schedules: tick failed (%d in a row): %s", self.failures, exc, exc_info=self.failures == 1)
-            connections[using].close()  # a broken connection is not reused
+            self.log_failure(exc)
+            try:
+                connections[using].close()  # a broken connection is not reused
+            except DatabaseError:
+                pass  # closing a connection the server dropped can raise; Django let go of it
+            return 0
+        except Exception:  # a tick must never stop the worker
+            self.failures += 1
+            if self.failures in (1, 10) or self.failures % 100 == 0:  # a bug: its traceback
+                logger.exception("schedules: tick failed (%d in a row)", self.failures)
             return 0
         self.failures = 0
         self.upkeep()
         return fired
+
+    def log_failure(self, exc: DatabaseError) -> None:
+        """One line per outage, as the worker logs (not a traceback: an outage is no bug), at
+        WARNING for the 1st failure in a row, the 10th and every 100th, at DEBUG otherwise.
+        Always at DEBUG when no schedule is enabled: then the ticker has nothing to fire, and
+        the worker's own line says the rest."""
+        reported = self.failures in (1, 10) or self.failures % 100 == 0
+        log = logger.warning if reported and self.scheduled else logger.debug
+        log(
+            "schedules: database error (%s); next tick in %.1fs (%d failed in a row)",
+            " ".join(str(exc).split()),  # PostgreSQL's messages span lines
+            self.pause(),
+            self.failures,
+        )
+
+    def pause(self) -> float:
+        """Seconds to the next tick: the interval, doubled per failure in a row, bounded."""
+        pause = settings.SCHEDULE_INTERVAL * 2 ** min(self.failures, 10)
+        return min(pause, max(LONGEST_PAUSE, settings.SCHEDULE_INTERVAL))
 
     def upkeep(self) -> None:
         """Make the history's partitions due ahead, hourly; a failure is logged, never raised."""
         if settings.HISTORY_PARTITIONS is None or time.monotonic() < self.next_upkeep:
             return
         self.next_upkeep = time.monotonic() + PARTITION_UPKEEP_INTERVAL
-        from ..partitions import make_ahead
+        from ..queue.partitions import make_ahead
 
         try:
             made = make_ahead(self.database)
@@ -96,7 +131,6 @@ class Ticker:
         try:
             while not self._stop.is_set():
                 self.tick()
-                pause = settings.SCHEDULE_INTERVAL * 2 ** min(self.failures, 10)
-                self._stop.wait(min(pause, max(LONGEST_PAUSE, settings.SCHEDULE_INTERVAL)))
+                self._stop.wait(self.pause())
         finally:
             connections.close_all()  # this thread's connections

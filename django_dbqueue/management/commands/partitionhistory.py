@@ -1,18 +1,19 @@
 """``manage.py partitionhistory``: partition the attempt history by time (MySQL/MariaDB,
-PostgreSQL), make partitions ahead, and show them. The work is in ``django_dbqueue.partitions``."""
+PostgreSQL), make partitions ahead, and show them. The work is in ``django_dbqueue.queue.partitions``."""
 
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 
-from django_dbqueue import partitions
+from django_dbqueue.compat import UTC
 from django_dbqueue.conf import Settings, settings
 from django_dbqueue.management.arguments import whole_number
+from django_dbqueue.queue import partitions
 
 
 def day(value: str) -> datetime:

@@ -12,7 +12,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router, transaction
 from django.db.models import Model, QuerySet
 
-from django_dbqueue import partitions
 from django_dbqueue.backends import db_now_plus
 from django_dbqueue.management.arguments import duration, pause_seconds, whole_number
 from django_dbqueue.models import (
@@ -26,6 +25,7 @@ from django_dbqueue.models import (
     ScheduleFiring,
     TaskRecord,
 )
+from django_dbqueue.queue import partitions
 from django_dbqueue.states import QueueState
 
 #: Models whose rows belong to the queue itself. Domain rows (an Order) are never deleted.

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, router
 
+from django_dbqueue.compat import UTC
 from django_dbqueue.management.arguments import duration, whole_number
 
 from .runqueue import resolve_models

@@ -5,7 +5,7 @@
     manage.py queuectl resume shop.Order
     manage.py queuectl status                                   # paused queues, declared limits
 
-A thin shell over :mod:`django_dbqueue.pauses`; an unknown model is a ``CommandError``
+A thin shell over :mod:`django_dbqueue.flow.pauses`; an unknown model is a ``CommandError``
 (exit status 1) and changes nothing.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from django_dbqueue import pauses
-from django_dbqueue.limits import limits_of
+from django_dbqueue.flow import pauses
+from django_dbqueue.flow.limits import limits_of
 from django_dbqueue.models import queue_models
 
 

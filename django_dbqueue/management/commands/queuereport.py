@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from django_dbqueue.compat import UTC
 from django_dbqueue.management.arguments import DURATION, duration, whole_number
 
 from .queue_spark_enqueue import aware_datetime

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_dbqueue.management.arguments import seconds_between, whole_number
-from django_dbqueue.status import alive_workers, model_status, render
+from django_dbqueue.observability.status import alive_workers, model_status, render
 from django_dbqueue.worker.tables import check_tables
 
 from .runqueue import resolve_models

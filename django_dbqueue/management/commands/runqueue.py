@@ -23,8 +23,8 @@ from django_dbqueue.management.arguments import (
 )
 from django_dbqueue.models import QueueMixin, queue_model, queue_models
 from django_dbqueue.settings_checks import failed_setting_checks
-from django_dbqueue.worker import Worker
-from django_dbqueue.worker.exporter import Exporter, prepare_multiprocess
+from django_dbqueue.worker import startup
+from django_dbqueue.worker.loop import Worker
 from django_dbqueue.worker.sessions import room_warning
 from django_dbqueue.worker.stats import WorkerStats
 from django_dbqueue.worker.supervisor import Supervisor
@@ -58,6 +58,12 @@ def refuse_bad_settings() -> None:
 
 class Command(BaseCommand):
     help = "Process queued rows of QueueMixin models until stopped (or drained, with --burst)."
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        # First thing (before the system checks): a SIGTERM from now on is a graceful stop,
+        # not death by -15 (the package's import did it already for `manage.py runqueue`).
+        startup.hold_stop_signals(argv)
+        super().run_from_argv(argv)
 
     def check(self, *args: Any, databases: Any = None, **kwargs: Any) -> None:
         """The system checks, also while the database is down.
@@ -141,7 +147,10 @@ class Command(BaseCommand):
             help="Serve Prometheus metrics of all the worker processes on this port (the [metrics] extra).",
         )
         parser.add_argument(
-            "--metrics-address", default="0.0.0.0", help="Address --metrics-port listens on (default all)."
+            "--metrics-address",
+            default="127.0.0.1",
+            help="Address --metrics-port listens on (default 127.0.0.1, this host only; 0.0.0.0 for every "
+            "interface). When $DBQUEUE_METRICS_TOKEN is set, a scrape must present that token.",
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar with --burst.")
         parser.add_argument(
@@ -216,6 +225,9 @@ class Command(BaseCommand):
         """Run the workers, with an exporter of their metrics if ``--metrics-port`` asks."""
         if not options["metrics_port"]:
             return run()
+        # Only here: prometheus_client is imported by the exporter, not by every runqueue.
+        from django_dbqueue.observability.exporter import Exporter, prepare_multiprocess
+
         made = prepare_multiprocess()
         exporter = Exporter(
             options["metrics_port"], options["metrics_address"], worker_options["models"], options["database"]

@@ -1,0 +1,72 @@
+"""The claim's locking SELECTs for a model with fair share or aging.
+
+The claim (``queue.queryset``) asks :func:`locked_candidates` for its locked rows. A model
+with neither option gets the plain claim's one SELECT. Otherwise, inside the claim's
+transaction:
+
+* aging alone: due rows waiting longer than the bound first, oldest first (one locking
+  SELECT, index-driven with an index on ``(queue_state, queue_run_at)``, which a system check
+  asks for), then the plain claim fills what is left;
+* fair share: the fair order (without locks: the keys' running rows and the round robin's
+  turn, two small reads, then one ranking SELECT, :mod:`.ranking`), then the chosen
+  rows locked by primary key with ``SKIP LOCKED``, a batch's worth at a time, until the batch
+  is full or the candidates run out. Each statement locks only rows it takes, so concurrent
+  claimers that computed the same order pass each other's rows by instead of waiting, and a
+  row another claimer took meanwhile is no longer READY, so the re-checked WHERE drops it.
+  Last, one UPDATE moves the turn past the last key taken (:mod:`.rotation`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from ..backends import DbNow, db_now_plus
+from ..conf import settings
+from . import rotation
+from .options import FairShare, fair_share_of
+from .ranking import fair_order
+
+Candidate = tuple[Any, ...]  # (pk, token, database now, *also): what the claim locks
+
+
+def locked_candidates(qs: Any, limit: int, also: tuple[str, ...] = ()) -> list[Candidate]:
+    """Up to ``limit`` due rows of ``qs``, locked, in the model's claim order."""
+    fair = fair_share_of(qs.model)
+    if fair is None:
+        return list(qs.claim_candidates(limit, *also))
+    if fair.key is None:
+        return _aged_first(qs, fair, limit, also)
+    return _fair(qs, fair, limit, also)
+
+
+def _locking(rows: models.QuerySet, also: tuple[str, ...]) -> models.QuerySet:
+    locking = rows.select_for_update(skip_locked=True).annotate(dbqueue_now=DbNow())
+    return locking.values_list("pk", "queue_token", "dbqueue_now", *also)
+
+
+def _aged_first(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[Candidate]:
+    assert fair.aging is not None
+    aged = qs.ready().filter(queue_run_at__lte=db_now_plus(-fair.aging)).order_by("queue_run_at", "pk")
+    taken = list(_locking(aged, also)[:limit])
+    if len(taken) < limit:
+        rest = qs.exclude(pk__in=[row[0] for row in taken]) if taken else qs
+        taken.extend(rest.claim_candidates(limit - len(taken), *also))
+    return taken
+
+
+def _fair(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[Candidate]:
+    ready = qs.ready()
+    order = fair_order(qs, fair, limit * settings.FAIR_CANDIDATES)
+    key_of = dict(order)
+    taken: list[Candidate] = []
+    start = 0
+    while len(taken) < limit and start < len(order):
+        chunk = [pk for pk, _ in order[start : start + limit - len(taken)]]
+        start += len(chunk)
+        locked = {row[0]: row for row in _locking(ready.filter(pk__in=chunk).order_by(), also)}
+        taken.extend(locked[pk] for pk in chunk if pk in locked)
+    if taken:
+        rotation.served(qs.model, qs.db, key_of[taken[-1][0]])
+    return taken

@@ -1,0 +1,345 @@
+"""``bulk_enqueue()`` of mappings: rows as parameter tuples into one multi-row INSERT per batch.
+
+Through ``bulk_create`` every row became a model instance (``Model.__init__``), every value
+went through ``get_db_prep_save`` and the compiler rebuilt the statement for every batch
+(issue #33: a fifth of a raw multi-row INSERT's rate). Here, per model, database and set of
+keys the caller gives, the plan is made once:
+
+* the statement: ``INSERT INTO t (c1, …) VALUES (…), (…)`` from ``connection.ops.quote_name``
+  and ``connection.ops.bulk_insert_sql`` (what the ORM's own insert compiler uses), one per
+  batch size, and sent as a parameter list through ``connection.cursor().execute()``, so
+  execute wrappers, Sentry, debug-toolbar and ``assertNumQueries`` see it like any other;
+* each column's value where a row does not give it: its default adapted once
+  (``get_db_prep_save``), a callable default called per row as ``Model.__init__`` would, and a
+  queue time the database's clock, ``COALESCE(%s, <the clock>)`` in the statement (DESIGN.md,
+  "One clock"), compiled once from ``DbNow`` by the ORM's compiler;
+* each value a row gives: adapted by its field's ``get_db_prep_save`` (the ORM's own
+  conversion: a JSON payload is dumped by its JSONField, an aware datetime made the database's).
+
+``auto_now``/``auto_now_add`` date fields take one ``pre_save()`` value per batch. A model
+whose field computes its value in its own ``pre_save()`` (a FileField, a user's field type)
+cannot be served without an instance: :func:`plan_for` says so (None) and the caller builds
+instances, as it does when asked to (``bulk_enqueue(..., build_instances=True)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from types import SimpleNamespace
+from typing import Any, cast
+
+from django.db import connections, models, transaction
+from django.db.models.fields import NOT_PROVIDED
+from django.db.models.sql import Query
+
+from ..backends import DbNow
+from ..priorities import check_priority
+
+_DATE_FIELDS = (models.DateField, models.TimeField)  # DateTimeField is a DateField
+
+
+class InputError(ValueError, TypeError):
+    """A row's value that its field cannot store: the row and the field are named, and
+    nothing was written. Both a ``ValueError`` and a ``TypeError``: what the field raised
+    (``int("many")``, ``json.dumps(object())``) is caught as it would be from ``save()``."""
+
+
+@dataclass
+class _Column:
+    """One column of the INSERT: how a row's value becomes its parameter."""
+
+    field: models.Field[Any, Any]
+    #: The parameter of a row that does not give the column (already adapted).
+    constant: Any = None
+    #: Called per row that does not give the column (a callable default, e.g. ``uuid4``).
+    per_row: Callable[[], Any] | None = None
+    #: Called once per batch (an ``auto_now``/``auto_now_add`` field's ``pre_save()``).
+    per_batch: Callable[[], Any] | None = None
+    #: The database's clock as SQL, for a queue time a row does not give.
+    clock: str | None = None
+
+    def omissible(self) -> bool:
+        """Whether a row that does not give the column may leave it out of the INSERT: its
+        value is NULL, which is what the column gets (Django declares no column default)."""
+        return (
+            self.constant is None
+            and self.per_row is None
+            and self.per_batch is None
+            and self.clock is None
+            and self.field.null
+            and self.field.db_default is NOT_PROVIDED
+        )
+
+
+@dataclass
+class _Layout:
+    """The columns of one call's INSERT: those some row gives, or that take a value."""
+
+    #: Per column of the INSERT: its position in the plan and its placeholder.
+    columns: list[tuple[int, str]]
+    #: Plan position -> index in a row's parameters (columns with a placeholder ``%s``).
+    index: dict[int, int]
+    #: A row's parameters before its own values.
+    base: list[Any]
+
+
+@dataclass
+class _Shape:
+    """What the rows with one set of keys give, and which defaults they take per row."""
+
+    #: (parameter index, key, the field's ``get_db_prep_save``) per given column.
+    given: list[tuple[int, str, Callable[[Any, Any], Any]]]
+    #: (parameter index, plan position, the field's callable default) per column the rows
+    #: take it for.
+    per_row: list[tuple[int, int, Callable[[], Any]]]
+
+
+@dataclass
+class InsertPlan:
+    """One model's multi-row INSERT on one database, built once (:func:`plan_for`)."""
+
+    model: type[models.Model]
+    using: str
+    columns: list[_Column]
+    #: Field names and attnames a mapping may use, to their column's position.
+    positions: dict[str, int]
+    _sql: dict[tuple[tuple[tuple[int, str], ...], int], str] = field(default_factory=dict)
+
+    def accepts(self, keys: Sequence[str]) -> bool:
+        """Whether a mapping with these keys can go without an instance (all are columns)."""
+        return all(key in self.positions for key in keys)
+
+    def rows(
+        self,
+        mappings: Sequence[Mapping[str, Any]],
+        fixed: Mapping[str, Any],
+        defaults: Mapping[str, Any],
+    ) -> tuple[_Layout, list[list[Any]]]:
+        """The INSERT's columns and each mapping's parameters, or :class:`InputError` naming the
+        first bad value (before any statement is sent). ``fixed``: values every row gets
+        whatever it gives (the queue state, the open batch); ``defaults``: values of the rows
+        that do not give one (a trace context)."""
+        connection = connections[self.using]
+        # An auto_now field's pre_save() value, once for the batch (and, like Django, over
+        # a value the row gives).
+        fixed = {
+            **{c.field.name: c.per_batch() for c in self.columns if c.per_batch is not None},
+            **fixed,
+        }
+        shapes = {tuple(mapping) for mapping in mappings}
+        layout = self._layout(shapes, fixed, defaults, connection)
+        overridden = {self.positions[name] for name in fixed}
+        preset = overridden | {self.positions[name] for name in defaults}
+        known = {keys: self._shape(keys, layout, overridden, preset) for keys in shapes}
+        out: list[list[Any]] = []
+        for number, mapping in enumerate(mappings):
+            shape = known[tuple(mapping)]
+            params = layout.base.copy()
+            for index, position, default in shape.per_row:
+                params[index] = self._adapt(number, position, default(), connection)
+            for index, key, prep in shape.given:
+                try:
+                    params[index] = prep(mapping[key], connection)
+                except Exception as exc:
+                    raise InputError(self._describe(number, self.positions[key], exc)) from exc
+            out.append(params)
+        return layout, out
+
+    def insert(self, layout: _Layout, rows: list[list[Any]], batch_size: int) -> int:
+        """Send ``rows`` (from :meth:`rows`), ``batch_size`` per statement; return how many."""
+        connection = connections[self.using]
+        fields = [self.columns[position].field for position, _ in layout.columns]
+        most = connection.ops.bulk_batch_size(fields, [None] * batch_size) if fields else batch_size
+        size = max(1, min(batch_size, most or batch_size))
+        with connection.cursor() as cursor:
+            for start in range(0, len(rows), size):
+                batch = rows[start : start + size]
+                try:
+                    cursor.execute(self.sql(layout, len(batch)), [value for row in batch for value in row])
+                except (TypeError, ValueError) as exc:
+                    # A value the driver adapts itself and could not (psycopg dumps JSON when
+                    # it sends it); the caller's atomic block writes nothing of the call.
+                    last = start + len(batch) - 1
+                    raise InputError(
+                        f"bulk_enqueue() rows {start}-{last}: {type(exc).__name__}: {exc}"
+                    ) from exc
+        return len(rows)
+
+    def sql(self, layout: _Layout, count: int) -> str:
+        """The INSERT of ``count`` rows of ``layout`` (built once per layout and batch size)."""
+        key = (tuple(layout.columns), count)
+        found = self._sql.get(key)
+        if found is None:
+            connection = connections[self.using]
+            quote = connection.ops.quote_name
+            fields = [self.columns[position].field for position, _ in layout.columns]
+            names = ", ".join(quote(cast(str, f.column)) for f in fields)
+            # One list of placeholders per row (django-stubs types it as one row's strings).
+            placeholders: Any = [[placeholder for _, placeholder in layout.columns]] * count
+            values = connection.ops.bulk_insert_sql(fields, placeholders)
+            found = f"INSERT INTO {quote(self.model._meta.db_table)} ({names}) {values}"
+            self._sql[key] = found
+        return found
+
+    # -- building the parameters ---------------------------------------------------------
+
+    def _layout(
+        self,
+        shapes: set[tuple[str, ...]],
+        fixed: Mapping[str, Any],
+        defaults: Mapping[str, Any],
+        connection: Any,
+    ) -> _Layout:
+        given = {self.positions[key] for keys in shapes for key in keys}
+        values = {self.positions[name]: value for name, value in {**defaults, **fixed}.items()}
+        columns: list[tuple[int, str]] = []
+        index: dict[int, int] = {}
+        base: list[Any] = []
+        for position, column in enumerate(self.columns):
+            if position in values or position in given or column.per_row is not None:
+                placeholder = f"COALESCE(%s, {column.clock})" if column.clock else "%s"
+            elif column.clock:
+                columns.append((position, column.clock))  # every row: the database's clock
+                continue
+            elif column.omissible():
+                continue
+            else:
+                placeholder = "%s"
+            columns.append((position, placeholder))
+            index[position] = len(base)
+            base.append(column.constant)
+        layout = _Layout(columns=columns, index=index, base=base)
+        for position, value in values.items():
+            base[index[position]] = self._adapt(None, position, value, connection)
+        return layout
+
+    def _shape(
+        self, keys: tuple[str, ...], layout: _Layout, overridden: set[int], preset: set[int]
+    ) -> _Shape:
+        """How rows giving ``keys`` fill their parameters: a value given over a fixed one is
+        ignored (``overridden``); a column with a preset value takes no default per row."""
+        taken = {self.positions[key] for key in keys}
+        if len(taken) != len(keys):  # a field given twice (by name and by attname)
+            raise TypeError(f"{self.model.__name__}: a field is given twice among {sorted(keys)}")
+        given = [(self.positions[key], key) for key in keys if self.positions[key] not in overridden]
+        return _Shape(
+            given=[
+                (layout.index[position], key, self.columns[position].field.get_db_prep_save)
+                for position, key in given
+            ],
+            per_row=[
+                (layout.index[position], position, column.per_row)
+                for position, column in enumerate(self.columns)
+                if column.per_row is not None and position not in taken and position not in preset
+            ],
+        )
+
+    def _adapt(self, number: int | None, position: int, value: Any, connection: Any) -> Any:
+        try:
+            return self.columns[position].field.get_db_prep_save(value, connection)
+        except Exception as exc:
+            raise InputError(self._describe(number, position, exc)) from exc
+
+    def _describe(self, number: int | None, position: int, exc: Exception) -> str:
+        where = f"row {number}" if number is not None else "every row"
+        name = self.columns[position].field.name
+        return f"bulk_enqueue() {where}, field {name!r}: {type(exc).__name__}: {exc}"
+
+
+def _clock_sql(using: str) -> str:
+    """The database's clock as SQL, compiled by the ORM's compiler from ``DbNow``."""
+    connection = connections[using]
+    compiler = Query(None).get_compiler(connection=connection)
+    sql, params = compiler.compile(DbNow())
+    if params:  # no backend needs any; a statement built once could not carry them
+        raise NotImplementedError("the database clock's SQL takes parameters")
+    return sql
+
+
+def _column(model_field: models.Field[Any, Any], using: str, clock: str) -> _Column | None:
+    """How the INSERT fills ``model_field``; None if only an instance can (its ``pre_save``)."""
+    connection = connections[using]
+    column = _Column(model_field)
+    if hasattr(model_field, "get_placeholder"):
+        return None  # a placeholder per value (e.g. a geometry's): the compiler's business
+    if isinstance(model_field, _DATE_FIELDS) and (model_field.auto_now or model_field.auto_now_add):
+        column.per_batch = lambda: model_field.pre_save(SimpleNamespace(), True)  # type: ignore[arg-type]
+        return column
+    if type(model_field).pre_save is not models.Field.pre_save and not isinstance(model_field, _DATE_FIELDS):
+        return None
+    if model_field.has_default():
+        default = model_field.get_default()
+        if callable(model_field.default) and not hasattr(default, "resolve_expression"):
+            column.per_row = model_field.get_default
+            return column
+    elif model_field.db_default is not NOT_PROVIDED:
+        default = model_field.db_default
+        if isinstance(default, models.Value):
+            default = default.value
+    else:
+        default = model_field.get_default()
+    if isinstance(default, DbNow):
+        # A queue time: the database's clock unless the row gives one.
+        column.clock = clock
+        return column
+    if hasattr(default, "resolve_expression"):
+        return None  # another expression default: the compiler's business
+    column.constant = model_field.get_db_prep_save(default, connection)
+    return column
+
+
+@cache
+def _plan(model: type[models.Model], using: str) -> InsertPlan | None:
+    opts = model._meta
+    if opts.parents or opts.proxy:
+        return None  # bulk_create refuses multi-table inheritance; a proxy's concrete model will do
+    clock = _clock_sql(using)
+    columns: list[_Column] = []
+    for model_field in opts.concrete_fields:
+        if model_field.generated or (model_field.primary_key and isinstance(model_field, models.AutoField)):
+            continue
+        column = _column(model_field, using, clock)
+        if column is None:
+            return None
+        columns.append(column)
+    positions: dict[str, int] = {}
+    for position, column in enumerate(columns):
+        positions[column.field.attname] = position
+        if not column.field.is_relation:
+            positions[column.field.name] = position
+    return InsertPlan(model=model, using=using, columns=columns, positions=positions)
+
+
+def plan_for(model: type[models.Model], using: str) -> InsertPlan | None:
+    """The model's INSERT plan on ``using`` (built once), or None when a field needs an
+    instance (its own ``pre_save()``, a per-value placeholder or expression default)."""
+    return _plan(model, using)
+
+
+def insertable(plan: InsertPlan | None, rows: Sequence[Any]) -> bool:
+    """Whether ``rows`` can go by ``plan``: all mappings whose keys are the model's columns
+    (anything else, an instance or a relation given by name, is built as an instance)."""
+    return plan is not None and all(isinstance(row, Mapping) and plan.accepts(tuple(row)) for row in rows)
+
+
+def enqueue_mappings(
+    plan: InsertPlan,
+    rows: Sequence[Mapping[str, Any]],
+    batch_size: int,
+    fixed: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+) -> int:
+    """Insert ``rows`` by ``plan``, every value checked and adapted before the first
+    statement (a bad one raises, and nothing is written); return how many were inserted."""
+    for number, row in enumerate(rows):
+        priority = row.get("queue_priority")  # checked like an instance's (check_row_priority)
+        if isinstance(priority, int) and not isinstance(priority, bool):
+            try:
+                check_priority(priority, plan.model)
+            except ValueError as exc:
+                raise ValueError(f"bulk_enqueue() row {number}: {exc}") from None
+    layout, params = plan.rows(rows, fixed, defaults)
+    with transaction.atomic(using=plan.using, savepoint=False):
+        return plan.insert(layout, params, batch_size)

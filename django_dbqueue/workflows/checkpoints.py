@@ -1,0 +1,61 @@
+"""A workflow row's checkpoints: read once per run, written as each step ends.
+
+Atomic mode (``queue_atomic``): the run is inside the worker's transaction, which holds the
+row's lock and records the run's end; a checkpoint is one INSERT in it, so it commits with the
+step's database effects and with the row's outcome, or not at all. Lease mode: a checkpoint is
+written in a transaction of its own, behind the claim's lock (``SELECT … FOR UPDATE`` fenced
+by its token), so a worker that lost its claim writes none and stops with ``LeaseLost``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from ..exceptions import LeaseLost
+from ..messaging.payloads import check_payload
+from ..queue.statements import statements
+from ..tables.workflow import WorkflowStep
+
+if TYPE_CHECKING:
+    from ..queue.row import QueueRow
+
+
+def key_of(row: QueueRow) -> dict[str, str]:
+    """The columns that name ``row`` in the workflow tables."""
+    return {"model": row._meta.label, "object_pk": str(row.pk)}
+
+
+def load(row: QueueRow, using: str) -> dict[str, WorkflowStep]:
+    """The row's checkpoints by name: one SELECT per run."""
+    steps = WorkflowStep.objects.using(using).filter(**key_of(row))
+    return {step.name: step for step in steps}
+
+
+def as_stored(value: Any, name: str) -> Any:
+    """``value`` as a replay will see it (through JSON), so the first run and every later
+    one pass the next step the same thing; a value JSON cannot hold, or too big for the
+    payload limit, is a clear error at the step that returned it."""
+    try:
+        check_payload(value, f"step {name}")
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"the workflow step {name!r} returned a value that cannot be stored: {exc}") from exc
+    return json.loads(json.dumps(value))
+
+
+@contextlib.contextmanager
+def writing(row: QueueRow, using: str) -> Iterator[None]:
+    """Where a checkpoint is written: in atomic mode the worker's transaction already holds
+    the row; in lease mode a transaction of its own, behind the claim's lock."""
+    if type(row).queue_atomic:
+        yield
+        return
+    claim = row.queue_claim()
+    with transaction.atomic(using=using):
+        if not statements(type(row), using).lock_held([row.pk], claim):
+            raise LeaseLost(f"{row._meta.label} pk={row.pk}: lease lost, workflow checkpoint not written")
+        yield
