@@ -7,6 +7,7 @@ says what the reader does with it (the comment is invisible on GitHub and in the
     <!-- sample: append mysite/settings.py --> the block goes at the end of that file
     <!-- sample: shell -->                    typed into `manage.py shell` (one session per page)
     <!-- sample: shell; prints: paid succeeded -->   ... and its output must contain that text
+    <!-- sample: append mysite/settings.py; db: mysql -->  only for that database (one block each)
     <!-- sample: sh -->                       typed into a terminal in the project's folder
     <!-- sample: skip: why -->                not run here (only for sh blocks; the reason is kept)
 
@@ -28,8 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MARKER = re.compile(
-    r"<!--\s*sample:\s*(?P<how>[a-z]+)(?::\s*|\s+)?(?P<arg>.*?)\s*(?:;\s*prints:\s*(?P<prints>.*?))?\s*-->"
+    r"<!--\s*sample:\s*(?P<how>[a-z]+)(?::\s*|\s+)?(?P<arg>.*?)\s*(?:;\s*prints:\s*(?P<prints>.*?))?"
+    r"\s*(?:;\s*db:\s*(?P<db>sqlite|mysql|postgresql))?\s*-->"
 )
+#: The database the run pastes the blocks of (``DOCS_DB``: sqlite, mysql or postgresql), and the
+#: connection settings it points the pasted block at (``DOCS_DATABASE``, JSON: NAME, USER, HOST, ...),
+#: as a reader would put their own server's in.
+DOCS_DB = os.environ.get("DOCS_DB", "sqlite")
 FENCE = re.compile(r"^```(?P<lang>[a-z]*)[^\n]*\n(?P<body>.*?)^```", re.S | re.M)
 
 
@@ -41,6 +47,7 @@ class Sample:
     lang: str
     body: str
     line: int
+    db: str = ""
 
 
 def samples(text: str) -> list[Sample]:
@@ -62,7 +69,15 @@ def samples(text: str) -> list[Sample]:
         if how == "skip" and (fence.group("lang") != "sh" or not arg):
             raise ValueError(f"line {line}: only sh blocks may be skipped, and with a reason")
         found.append(
-            Sample(how, arg, marker.group("prints") or "", fence.group("lang"), fence.group("body"), line)
+            Sample(
+                how,
+                arg,
+                marker.group("prints") or "",
+                fence.group("lang"),
+                fence.group("body"),
+                line,
+                marker.group("db") or "",
+            )
         )
     return found
 
@@ -94,12 +109,17 @@ def main(workdir: Path, pages: list[Path]) -> None:
     # Every page's markers are read (and checked) before anything runs; the shell moves the cwd.
     steps = [(path.resolve(), sample) for path in pages for sample in samples(path.read_text())]
     for page, sample in steps:
+        if sample.db and sample.db != DOCS_DB:
+            continue  # another database's block
         print(f"--- {page.name}:{sample.line}: {sample.how} {sample.arg}", flush=True)
         if sample.how in ("file", "append"):
             target = cwd / sample.arg
             target.parent.mkdir(parents=True, exist_ok=True)
             with target.open("w" if sample.how == "file" else "a") as out:
                 out.write(("\n" if sample.how == "append" else "") + sample.body)
+                if sample.db and os.environ.get("DOCS_DATABASE"):
+                    # The run's own server and database name, where the reader puts theirs.
+                    out.write(f"\nDATABASES['default'].update({os.environ['DOCS_DATABASE']})\n")
         elif sample.how == "sh":
             cwd = run_sh(sample.body, cwd)
         elif sample.how == "shell":

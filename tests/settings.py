@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 import dj_database_url
+import django
 
 BASE_DIR = Path(__file__).resolve().parent
-# The example shop's app, so tests can drive its admin as shipped (tests/test_admin_example.py).
+# The example shop's app, so tests can drive its admin as shipped
+# (tests/surfaces/admin/test_admin_example.py).
 sys.path.insert(0, str(BASE_DIR.parent / "example_project"))
 
 SECRET_KEY = "tests-only-not-secret"
@@ -73,9 +75,10 @@ TEMPLATES = [
     }
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-TASKS = {
-    "default": {"BACKEND": "django_dbqueue.tasks.DatabaseBackend", "QUEUES": ["default", "other"]},
-}
+if django.VERSION >= (6, 0):  # django.tasks; on 5.2 the setting is refused (W060)
+    TASKS = {
+        "default": {"BACKEND": "django_dbqueue.tasks.DatabaseBackend", "QUEUES": ["default", "other"]},
+    }
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -86,12 +89,22 @@ LOGGING = {
 }
 
 # Crash tests shorten the rescue's period (their worker subprocesses read it here).
+# The schedule allowlist: targets the tests' schedule rows use besides declared ones.
+DBQUEUE_SCHEDULE_TARGETS = ["message:test.echo", "model:testapp.Job", "task:tests.testapp.tasks.add"]
+
 if os.environ.get("DBQUEUE_TEST_RESCUE_INTERVAL"):
     DBQUEUE_RESCUE_INTERVAL = float(os.environ["DBQUEUE_TEST_RESCUE_INTERVAL"])
 
 # Schedule tests tick their workers faster, so that hosts race for the same slots.
 if os.environ.get("DBQUEUE_TEST_SCHEDULE_INTERVAL"):
     DBQUEUE_SCHEDULE_INTERVAL = float(os.environ["DBQUEUE_TEST_SCHEDULE_INTERVAL"])
+
+# A worker subprocess that plays a host whose wall clock is off (e.g. "+1h", "-10m"): before
+# the models are imported, so their default=timezone.now is the shifted one (tests/chaos/skew.py).
+if os.environ.get("DBQUEUE_TEST_CLOCK_OFFSET"):
+    from tests.chaos.skew import apply
+
+    apply(os.environ["DBQUEUE_TEST_CLOCK_OFFSET"])
 
 # Worker subprocesses started by the tests use the test database pytest-django created.
 if os.environ.get("DBQUEUE_TEST_DB_NAME"):

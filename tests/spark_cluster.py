@@ -5,7 +5,7 @@ one temporary folder, stopped (and the folder removed) however the block ends.
 
 The pip distribution of PySpark has ``bin/spark-class`` and ``bin/spark-submit`` but no
 ``sbin/start-master.sh``; ``spark-class`` is what those scripts run. Used by
-``tests/test_spark_cluster.py`` and ``bench/spark_cluster_bench.py``::
+``tests/surfaces/spark/test_spark_cluster.py`` and ``bench/spark_cluster_bench.py``::
 
     with StandaloneCluster(workers=2, cores=1, memory="1g") as cluster:
         cluster.submit("job.py", "--rows", "20000")        # spark-submit --master spark://…

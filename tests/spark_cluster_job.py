@@ -4,7 +4,7 @@
 
 It sets Django up itself, as docs/spark.md says a driver script must (``DJANGO_SETTINGS_MODULE``
 then ``django.setup()`` before ``django_dbqueue.spark``), and takes the master from
-``spark-submit`` (``spark_session(None)``). Run by ``tests/test_spark_cluster.py`` and
+``spark-submit`` (``spark_session(None)``). Run by ``tests/surfaces/spark/test_spark_cluster.py`` and
 ``bench/spark_cluster_bench.py``::
 
     DATABASE_URL=mysql://root@127.0.0.1:3306/sparkc_x spark-submit --master spark://127.0.0.1:7077 \\

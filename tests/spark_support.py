@@ -10,13 +10,14 @@ import importlib.util
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
 from django.apps import apps
 from django.db import connection
 
+from django_dbqueue.compat import UTC
 from django_dbqueue.conf import settings as dbqueue_settings
 
 

@@ -25,7 +25,7 @@ REVIEWED = {
     ("django_dbqueue/backends/mysql.py", "estimate"): (
         "EXPLAIN + the SQL Django compiled for a QuerySet; its params go separately"
     ),
-    ("django_dbqueue/history.py", "copy_attempts"): (
+    ("django_dbqueue/queue/history.py", "copy_attempts"): (
         "INSERT … SELECT of attempt rows: identifiers through quote_name(), the key's text cast "
         "from backends/, one %s per id; every value a parameter"
     ),
@@ -33,9 +33,13 @@ REVIEWED = {
         "MIN/MAX(id) for Spark's partitions: the WHERE is constant text with one %s per value, "
         "the values (datetimes, model labels) are parameters"
     ),
-    ("django_dbqueue/spark/enqueue.py", "enqueue_dataframe"): (
-        "DDL/DML on a staging table: identifiers through qn() (quote_name), values by parameters"
-    ),
+    **{
+        ("django_dbqueue/spark/enqueue.py", method): (
+            "enqueue_dataframe's DDL/DML on its staging table (_StagedRun): identifiers through "
+            "qn() (quote_name), values by parameters"
+        )
+        for method in ("execute", "_create_stage", "_staged_range")
+    },
     ("django_dbqueue/backends/mysql_partitions.py", "finish_interrupted"): (
         "INSERT IGNORE … SELECT between the history table and its leftover twin: identifiers "
         "through quote_name() (self.q), no values (the partition DDL of backends/*_partitions.py "
@@ -188,7 +192,7 @@ def test_django_dbqueue_builds_no_sql_from_data_by_string_formatting() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_hostile_worker_id_given_to_the_python_api_is_stored_as_data_not_run_as_sql() -> None:
-    # runqueue refuses such ids (tests/test_bad_input.py); code calling Worker directly is
+    # runqueue refuses such ids (tests/contract/test_bad_input.py); code calling Worker directly is
     # not validated, and needs no validation to be safe: the id is a query parameter.
     from django.db import connection
 

@@ -32,9 +32,11 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from django_dbqueue.compat import UTC
 
 from .mariadb import WORKER_USER, PrivateMariaDB
 from .skew import parse as parse_offset
@@ -72,6 +74,8 @@ def migrate_private_database(admin_url: str, worker_url: str) -> dict[str, str]:
     env["CHAOS_DATABASE_URL"] = worker_url
     env["PYTHONPATH"] = str(ROOT)
     return env
+
+
 POISON = 99  # fail_times of a row that fails every attempt
 MODELS = ("testapp.ChaosLeaseJob", "testapp.ChaosAtomicJob", "testapp.ChaosAtomicSingleJob")
 
@@ -280,7 +284,7 @@ class Harness:
         """How far off the clock of a process started like the skewed runqueues is (s)."""
         code = (
             "import django, datetime; django.setup(); from django.utils import timezone; "
-            "print((timezone.now() - datetime.datetime.now(datetime.UTC)).total_seconds())"
+            "print((timezone.now() - datetime.datetime.now(datetime.timezone.utc)).total_seconds())"
         )
         env = {**self.worker_env, **self.skew_env(offset), "DJANGO_SETTINGS_MODULE": "tests.chaos.settings"}
         out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from django_dbqueue.compat import UTC
 from tests.chaos.faults.measure import Row, count
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,8 +9,10 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from django_dbqueue.compat import UTC
 
 from . import analysis
 from .publisher import LEDGER_MODEL

@@ -24,10 +24,11 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from django_dbqueue.compat import UTC
 from tests.chaos.faults import servers
 from tests.chaos.harness import ROOT, Runqueue, private_workdir
 

@@ -6,7 +6,7 @@ from django.contrib import admin
 
 from django_dbqueue.admin import QueueAdminMixin
 
-from .models import Job, Ticket, UniqueJob
+from .models import AtomicWorkflow, Job, Ticket, UniqueJob
 
 
 @admin.register(Ticket)
@@ -28,4 +28,10 @@ class JobAdmin(QueueAdminMixin, admin.ModelAdmin):
 
 @admin.register(UniqueJob)
 class UniqueJobAdmin(QueueAdminMixin, admin.ModelAdmin):
-    """A model with a unique key (tests/test_unique.py)."""
+    """A model with a unique key (tests/features/flow/test_unique.py)."""
+
+
+@admin.register(AtomicWorkflow)
+class AtomicWorkflowAdmin(QueueAdminMixin, admin.ModelAdmin):
+    """A durable workflow's page: its timeline and the fork button
+    (tests/surfaces/admin/test_admin_workflows.py)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -10,10 +11,11 @@ from typing import Any
 from django.db import connections, models, transaction
 
 from django_dbqueue.exceptions import Discard, JobCancelled
+from django_dbqueue.flow.unique import QueueUniqueKey
 from django_dbqueue.models import QueueMixin
-from django_dbqueue.query import QueueQuerySetMixin
+from django_dbqueue.queue.queryset import QueueQuerySetMixin
 from django_dbqueue.retry import ExponentialBackoff
-from django_dbqueue.unique import QueueUniqueKey
+from django_dbqueue.workflows import WaitTimeout, Workflow, WorkflowMixin, workflow
 
 #: pks of the rows whose handler's on_commit() hook ran (action "hook"; workers run in-process).
 COMMITTED_HOOKS: list[int] = []
@@ -36,6 +38,18 @@ class Ledger(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["kind", "job_id", "attempt"], name="ledger_one_run_per_attempt")
         ]
+
+
+def _fork_a_sleeper(pid_file: str) -> None:
+    """Fork a child that outlives this handler (a careless subprocess), as handlers do; its pid
+    is added to ``pid_file``, a line each."""
+    if os.fork() == 0:
+        try:
+            with open(pid_file, "a") as out:
+                out.write(f"{os.getpid()}\n")
+            time.sleep(600)
+        finally:
+            os._exit(0)
 
 
 class Behaviour(QueueMixin):
@@ -69,7 +83,11 @@ class Behaviour(QueueMixin):
             raise Discard("not worth retrying")
         elif self.action == "mark-rollback":  # fails without raising: nothing may commit
             transaction.set_rollback(True)
-        elif self.action == "hang":
+        elif self.action in ("fork", "fork-hang"):  # leaves a child behind, its pid in file `note`
+            _fork_a_sleeper(self.note)
+        elif self.action == "segv":  # the worker process dies of a crash, as a C extension's would
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if self.action in ("hang", "fork-hang"):
             while True:  # swallows its timeout, like a handler stuck in a C call
                 try:
                     time.sleep(0.05)
@@ -101,7 +119,7 @@ class TimeoutJob(Behaviour):
 
 
 class UniqueJob(Behaviour):
-    """Lease mode, at most one active row per ``key`` (tests/test_unique.py)."""
+    """Lease mode, at most one active row per ``key`` (tests/features/flow/test_unique.py)."""
 
     key = models.CharField(max_length=50)
     queue_unique_key = QueueUniqueKey("key")
@@ -395,7 +413,7 @@ class HostileAtomicJob(HostileBase):
     queue_atomic = True
 
 
-# -- flow control (issue #22: per-key limits; tests/test_flow*.py) -------------------------
+# -- flow control (issue #22: per-key limits; tests/features/flow/test_flow*.py) -------------------------
 
 
 class FlowLedger(models.Model):
@@ -440,3 +458,117 @@ class RatedJob(FlowJob):
 
     queue_limit_key = "customer"
     queue_rate_limit = (5, 1.0)
+
+
+# -- durable workflows (issue #36) ----------------------------------------------------------------
+
+
+class StepLedger(models.Model):
+    """One row per run of a workflow step's body: no unique key, so a step run twice shows."""
+
+    kind = models.CharField(max_length=50)
+    job_id = models.BigIntegerField()
+    step = models.IntegerField()
+    pid = models.IntegerField(default=os.getpid)
+
+
+class WorkflowBase(WorkflowMixin, QueueMixin):
+    """An order-like workflow: step 1, an optional durable sleep (``nap`` s), an optional wait
+    for the event ``event``, then steps 2..``steps``. Step ``slow_step`` works ``slow``
+    seconds on the row's first attempt (a window to SIGKILL its worker in); a step's result
+    is the running total of the step numbers, passed to the next."""
+
+    steps = models.IntegerField(default=3)
+    nap = models.FloatField(default=0)
+    event = models.CharField(max_length=50, blank=True, default="")
+    timeout = models.FloatField(null=True, blank=True)
+    slow_step = models.IntegerField(default=0)
+    slow = models.FloatField(default=0)
+    fail_step = models.IntegerField(default=0)
+    got = models.JSONField(null=True, blank=True)
+
+    queue_retry = ExponentialBackoff(base=0.05, factor=2, max_delay=1, max_attempts=5, jitter=0)
+
+    class Meta(QueueMixin.Meta):
+        abstract = True
+
+    @workflow
+    def process(self, wf: Workflow) -> None:
+        total = wf.step("step-1", self.work, 1, 0)
+        if self.nap:
+            wf.sleep(self.nap)
+        if self.event:
+            try:
+                data = wf.wait_for(self.event, timeout=self.timeout)
+            except WaitTimeout:
+                data = "timed out"
+            wf.step("got-event", self.keep, data)
+        for number in range(2, self.steps + 1):
+            total = wf.step(f"step-{number}", self.work, number, total)
+            wf.progress(number / self.steps, f"step {number} of {self.steps}")
+
+    def work(self, number: int, total: int) -> int:
+        StepLedger.objects.create(kind=type(self).__name__, job_id=self.pk, step=number)
+        if number == self.slow_step and self.queue_attempts == 1:
+            time.sleep(self.slow)  # the scenario: a long step, killed while it runs
+        if number == self.fail_step and self.queue_attempts == 1:
+            raise ValueError(f"planned failure of step {number}")
+        return total + number
+
+    def keep(self, data: Any) -> None:
+        type(self).objects.filter(pk=self.pk).update(got=data)
+
+
+class AtomicWorkflow(WorkflowBase):
+    """Atomic mode: each step's database effects commit with its checkpoint."""
+
+    queue_atomic = True
+
+
+class LeaseWorkflow(WorkflowBase):
+    """Lease mode: steps run outside the outcome's transaction (at-least-once)."""
+
+
+class GroupedAtomicWorkflow(WorkflowBase):
+    """Atomic mode, four runs per transaction (each behind its savepoint)."""
+
+    queue_atomic = True
+    queue_atomic_group = 4
+
+class FairJob(FlowJob):
+    """Claims shared among customers (issue #37); "gold" weighs 3, the others 1."""
+
+    queue_fair_key = "customer"
+    queue_fair_weights = {"gold": 3}
+
+
+class AgedJob(FlowJob):
+    """A row due for 2 s is taken before higher priorities (issue #37)."""
+
+    # bench/fair_claim.py --aging runs its workers with the issue's bound (30 s) through this.
+    queue_aging = float(os.environ.get("BENCH_AGING", "2"))
+
+    class Meta(QueueMixin.Meta):
+        indexes = [
+            *QueueMixin.Meta.indexes,
+            models.Index(fields=["queue_state", "queue_run_at"], name="agedjob_aging"),
+        ]
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=50)
+    fair_weight = models.FloatField(default=1)
+
+
+class TenantJob(QueueMixin):
+    """Weights read from the tenants' own table, through the key (issue #37)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE)
+
+    queue_fair_key = "tenant"
+    queue_fair_weights = "tenant__fair_weight"
+    queue_concurrency_limit = 4  # with a per-key limit too: the gate admits from the fair order
+    queue_limit_key = "tenant"
+
+    def process(self) -> None:
+        return None

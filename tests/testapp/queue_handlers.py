@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_dbqueue.handlers import handler
+from django_dbqueue.messaging.handlers import handler
 from tests.testapp.models import Ledger
 
 

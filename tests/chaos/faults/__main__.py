@@ -14,9 +14,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from django_dbqueue.compat import UTC
 
 from . import servers
 from .child import ROOT

@@ -20,7 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[3]
 #: Each good row's handler sleeps this long, so faults land while the queue is busy.
 SLEEP = 0.02
-#: Deeper than Python's json decoder goes (tests/test_hostile_payloads.py).
+#: Deeper than Python's json decoder goes (tests/contract/test_hostile_payloads.py).
 DEEP = "[" * 12_000 + "]" * 12_000
 READ_ONLY_FOR = 4.0
 

@@ -14,9 +14,11 @@ import shutil
 import sys
 import tempfile
 from dataclasses import asdict, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from django_dbqueue.compat import UTC
 
 from .network import Network, missing
 from .run import Config, NetnsRun

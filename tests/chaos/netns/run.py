@@ -24,9 +24,10 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC
 from pathlib import Path
 from typing import Any
+
+from django_dbqueue.compat import UTC
 
 from ..harness import ROOT, migrate_private_database, table_labels
 from ..mariadb import WORKER_USER, PrivateMariaDB

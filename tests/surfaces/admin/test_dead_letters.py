@@ -1,0 +1,126 @@
+"""The dead-letter console (issue #37): failed rows by masked error, computed by the database;
+one group replayed in one UPDATE, confirmed by its exact count, its attempt history kept; a
+forged replay without the change permission, or with a stale count, changes nothing."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from django_dbqueue.models import Message, QueueAttempt
+from django_dbqueue.states import QueueState
+from tests.testapp.models import Job
+
+pytestmark = pytest.mark.django_db
+URL = "admin:testapp_job_dbqueue_dead_letters"
+GROUPS = [
+    "ValueError: account {} closed",
+    "KeyError: 'sku-{}'",
+    "TimeoutError: {} s",
+    "OSError: disk {}",
+    "X: y{}",
+]
+PER_GROUP = 200  # the issue's 10,000 rows scaled down for the suite (5 groups of 2,000 there)
+
+
+def staff(name: str, *codenames: str, app_label: str = "testapp") -> Client:
+    user = User.objects.create_user(name, is_staff=True)
+    for codename in codenames:
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def failed() -> None:
+    rows = [
+        Job(
+            name=f"{g}-{n}",
+            queue_state=QueueState.FAILED,
+            queue_attempts=8,
+            queue_last_error=f"Traceback\n{text.format(n)}\n",
+        )
+        for g, text in enumerate(GROUPS)
+        for n in range(PER_GROUP)
+    ]
+    Job.objects.bulk_create(rows, batch_size=1000)
+    attempts = [
+        QueueAttempt(
+            model="testapp.Job",
+            object_id=str(job.pk),
+            attempt=1,
+            outcome="failed",
+            error="x",
+            finished_at=job.queue_enqueued_at,
+        )
+        for job in Job.objects.all()[:50]
+    ]
+    QueueAttempt.objects.bulk_create(attempts)
+
+
+def test_groups_are_listed_by_masked_error(failed) -> None:
+    viewer = staff("viewer", "view_job")
+    assert reverse(URL).encode() in viewer.get(reverse("admin:testapp_job_changelist")).content  # linked
+    page = viewer.get(reverse(URL))
+    assert page.status_code == 200
+    counts = {g.text: g.count for g, _, _ in page.context["groups"]}
+    assert counts["ValueError: account <n> closed"] == PER_GROUP and len(counts) == len(GROUPS)
+    assert not page.context["can_replay"] and b"Replay these" not in page.content
+
+
+def test_one_group_is_replayed_in_one_statement_with_its_history(failed) -> None:
+    history = QueueAttempt.objects.count()
+    client = staff("editor", "view_job", "change_job")
+    with CaptureQueriesContext(connection) as queries:
+        client.post(reverse(URL), {"group": "KeyError: 'sku-<n>'", "count": PER_GROUP})
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1
+    ready = Job.objects.filter(queue_state=QueueState.READY)
+    assert ready.count() == PER_GROUP and all(
+        n.startswith("1-") for n in ready.values_list("name", flat=True)
+    )
+    assert set(ready.values_list("queue_attempts", flat=True)) == {0}
+    assert QueueAttempt.objects.count() == history  # the replayed rows keep their attempts
+
+
+def test_a_stale_count_replays_nothing(failed) -> None:
+    client = staff("editor", "view_job", "change_job")
+    client.post(reverse(URL), {"group": "OSError: disk <n>", "count": PER_GROUP - 1})
+    assert not Job.objects.filter(queue_state=QueueState.READY).exists()
+
+
+def test_a_forged_replay_without_change_permission_changes_nothing(failed) -> None:
+    for client in (staff("viewer", "view_job"), staff("nobody")):
+        response = client.post(reverse(URL), {"group": "OSError: disk <n>", "count": PER_GROUP})
+        assert response.status_code == 403
+    assert Job.objects.filter(queue_state=QueueState.FAILED).count() == PER_GROUP * len(GROUPS)
+
+
+def test_a_message_is_replayed_with_an_edited_payload_checked_as_publish_checks_it() -> None:
+    message = Message.objects.publish("test.echo", {"n": 1}).message
+    Message.objects.filter(pk=message.pk).update(
+        queue_state=QueueState.FAILED, queue_last_error="ValueError: n"
+    )
+    url = reverse("admin:django_dbqueue_message_dbqueue_dead_letters")
+    editor = staff("editor", "view_message", "change_message", app_label="django_dbqueue")
+    too_deep = json.dumps(functools.reduce(lambda inner, _: [inner], range(40), 1))
+    for client, value in (
+        (staff("viewer", "view_message", app_label="django_dbqueue"), '{"n": 2}'),
+        (editor, too_deep),
+    ):
+        client.post(url, {"pk": message.pk, "value": value})
+        message.refresh_from_db()
+        assert (message.queue_state, message.payload) == (QueueState.FAILED, {"n": 1})
+    editor.post(url, {"pk": message.pk, "value": '{"n": 2}'})
+    message.refresh_from_db()
+    assert (message.queue_state, message.payload, message.queue_attempts) == (QueueState.READY, {"n": 2}, 0)
