@@ -28,7 +28,7 @@ import re
 import statistics
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ from shop.models import Order  # noqa: E402
 
 from django_dbqueue.admin.pagination import table_row_estimate  # noqa: E402
 from tests.testapp.models import Ticket  # noqa: E402
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+
 
 EXTRA_INDEXES = {
     "admin_bench_customer": "(customer)",

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import ledger  # noqa: E402
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+
 
 OURS_PY = os.environ.get("BENCH_OURS_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 PEERS_PY = os.environ.get("BENCH_PEERS_PYTHON", sys.executable)
@@ -102,16 +104,19 @@ def global_status(names: tuple[str, ...]) -> dict[str, int]:
     return values
 
 
-def prepare_databases() -> None:
-    """Every system's database, the ledger and the raw table, migrated and empty."""
+def prepare_databases(systems: tuple[str, ...] = ("dbqueue", "raw", *PEERS)) -> None:
+    """The databases of ``systems`` and the ledger, migrated and empty (the peers' only when
+    they run: the quick run has no peers' virtualenv)."""
     conn = db(None)
     cur = conn.cursor()
-    for name in ("bench_dbqueue", "bench_tasksdb", "bench_djqueue", "bench_q2"):
+    django_systems = [system for system in ("dbqueue", *PEERS) if system in systems]
+    for system in django_systems:
+        name = f"{ledger.PREFIX}_{system}"
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {name} CHARACTER SET utf8mb4")
     conn.close()
     ledger.reset()
     ctl("raw", "setup")
-    for system in ("dbqueue", *PEERS):
+    for system in django_systems:
         subprocess.run([python_for(system), MANAGE, "migrate", "-v0"], env=system_env(system), check=True)
 
 

@@ -1,11 +1,14 @@
-# ruff: noqa: RUF001 - the floors are typeset for BENCHMARKS.md (multiplication signs)
-"""Issue #20's speed floors, and the arithmetic that turns a benchmark's results into them.
+# ruff: noqa: RUF001, RUF002 - the floors are typeset for BENCHMARKS.md (multiplication signs)
+"""Issue #33's speed floors (and #20's claim-cost floor, which still stands), and the
+arithmetic that turns a benchmark's results into them.
 
-Every drain floor is a ratio taken WITHIN one run (both rates measured minutes apart on the same
-machine), then the median over the runs; a drain that failed its exactly-once check counts as
-missing. The enqueue floors are medians of paired ratios (bench/pairs.py, bench/run.py), the
-claim-cost floor is the median of its rounds' ratios (benchctl claim-cost), pickup p95 the
-median over the runs. Plain Python over the results' JSON: unit-tested.
+Every drain floor is a ratio taken WITHIN one round (both rates measured minutes apart on the
+same machine), then the median over the rounds; a drain that failed its exactly-once check
+counts as missing. The CPU floors are medians over the rounds of the worker command's CPU per
+job (bench/costs.py). The enqueue floors are medians of paired ratios (bench/pairs.py,
+bench/run.py), the claim-cost floor is the median of its rounds' ratios (benchctl claim-cost),
+pickup latency and idle queries the medians over the rounds. Plain Python over the results'
+JSON: unit-tested.
 """
 
 from __future__ import annotations
@@ -91,13 +94,61 @@ def claim_cost_ratio(results: dict[str, Any]) -> float | None:
     return levels[-1].get("ratio_to_first") if len(levels) > 1 else None
 
 
+def drain_cost(runs: Runs, drained: tuple[str, str], workers: int, key: str) -> float | None:
+    """Median over the runs of a drain's cost per job (``cpu_us_per_job`` or
+    ``statements_per_job``); drains that failed exactly-once are left out."""
+    values = []
+    for run in runs:
+        for item in run["drain"]:
+            if (item["system"], item["variant"], item["workers"]) == (*drained, workers):
+                values.append(item.get(key) if item["exactly_once"] == "ok" else None)
+    return median(values)
+
+
+def statement_kinds(runs: Runs, drained: tuple[str, str], workers: int) -> dict[str, float]:
+    """Median over the runs of a drain's statements per job of each kind (a run without the
+    kind counts 0 for it); drains that failed exactly-once are left out."""
+    found = [
+        item.get("statement_kinds_per_job") or {}
+        for run in runs
+        for item in run["drain"]
+        if (item["system"], item["variant"], item["workers"]) == (*drained, workers)
+        and item["exactly_once"] == "ok"
+        and item.get("statements_per_job") is not None
+    ]
+    names = sorted({kind for kinds in found for kind in kinds})
+    return {kind: statistics.median(kinds.get(kind, 0.0) for kinds in found) for kind in names}
+
+
+def cpu_ms(runs: Runs, drained: tuple[str, str], workers: int = 1) -> float | None:
+    """The worker command's CPU per job in milliseconds (median over the runs)."""
+    us = drain_cost(runs, drained, workers, "cpu_us_per_job")
+    return None if us is None else us / 1000
+
+
+def pickup(runs: Runs, key: str) -> float | None:
+    """Median over the runs of django_dbqueue's pickup figure ``key`` (``p50_ms``, ``p95_ms``,
+    ``idle_queries_per_s``)."""
+    return median([p[key] for run in runs for p in run.get("pickup", []) if p["system"] == "dbqueue"])
+
+
 def pickup_p95(runs: Runs) -> float | None:
-    return median([p["p95_ms"] for run in runs for p in run.get("pickup", []) if p["system"] == "dbqueue"])
+    return pickup(runs, "p95_ms")
+
+
+def flow_ratio(results: dict[str, Any], server: str, mode: str) -> float | None:
+    """A flow-control claim's rate over the plain claim's on ``server`` (bench/flow_claim.py's
+    figures, if the run carries them under ``flow``)."""
+    return ((results.get("flow") or {}).get(server) or {}).get(mode)
 
 
 @dataclass(frozen=True)
 class Floor:
-    """One floor: ``figure(results)`` compared with ``bound`` (``at_least`` or at most)."""
+    """One floor: ``figure(results)`` compared with ``bound`` (``at_least`` or at most).
+
+    ``before`` and ``at_issue`` are the issue's own figures ("before the rebuild", "now" when
+    it was filed); ``beside`` gives what the figure is compared with, where that helps (the raw
+    loop's CPU beside ours)."""
 
     key: str
     label: str
@@ -105,10 +156,18 @@ class Floor:
     at_least: bool
     figure: Callable[[dict[str, Any]], float | None]
     unit: str = "×"
+    before: str = "—"
+    at_issue: str = "—"
+    beside: Callable[[dict[str, Any]], str] | None = None
+    by_run: bool = True  # a median over the rounds: each round's figure is shown too
 
     @property
     def target(self) -> str:
-        return f"{'≥' if self.at_least else '≤'} {self.bound:g}{' ' if self.unit == 'ms' else ''}{self.unit}"
+        unit = f" {self.unit}" if self.unit == "ms" else self.unit
+        return f"{'≥' if self.at_least else '≤'} {self.bound:g}{unit}"
+
+    def show(self, value: float | None) -> str:
+        return "not measured" if value is None else show(value, self.unit)
 
     def met(self, value: float | None) -> bool | None:
         if value is None:
@@ -117,6 +176,8 @@ class Floor:
 
     def per_run(self, results: dict[str, Any]) -> list[float | None]:
         """The figure of each run alone (the floor's figure is their median, for run-based ones)."""
+        if not self.by_run:
+            return []
         return [self.figure({**results, "runs": [run]}) for run in results.get("runs", [])]
 
     def shortfall(self, value: float) -> float:
@@ -124,6 +185,23 @@ class Floor:
         ratio of 0.35 against 0.7 is 0.5 short; a time ratio of 1.38 against 1.15 is 0.2 over."""
         gap = (self.bound - value) if self.at_least else (value - self.bound)
         return max(gap / self.bound, 0.0)
+
+
+def show(value: float, unit: str) -> str:
+    """``value`` typeset in ``unit``: ratios with two decimals (one from 10×), milliseconds and
+    rates with three significant digits."""
+    if unit == "×":
+        return f"{value:.2f}×" if value < 10 else f"{value:.1f}×"
+    text = f"{value:.3g}"
+    return f"{text} ms" if unit == "ms" else f"{text}{unit}"
+
+
+def verdict(floor: Floor, value: float | None) -> str:
+    """``met``, ``MISSED by N%`` or ``not measured``."""
+    met = floor.met(value)
+    if met is None:
+        return "not measured"
+    return "met" if met else f"MISSED by {floor.shortfall(value or 0.0):.0%}"
 
 
 def _drain(top: tuple[str, str], bottom: tuple[str, str], workers: int) -> Callable[[dict], float | None]:
@@ -134,80 +212,177 @@ def _peer(top: tuple[str, str], workers: int) -> Callable[[dict], float | None]:
     return lambda results: peer_ratio(results["runs"], top, workers)
 
 
+def _cpu(drained: tuple[str, str]) -> Callable[[dict], float | None]:
+    return lambda results: cpu_ms(results["runs"], drained)
+
+
+def _cpu_beside(label: str, drained: tuple[str, str]) -> Callable[[dict], str]:
+    def beside(results: dict[str, Any]) -> str:
+        value = cpu_ms(results["runs"], drained)
+        return f"{label} {show(value, 'ms') if value is not None else 'not measured'}"
+
+    return beside
+
+
+def _workers(count: int) -> str:
+    return f"{count} worker{'s' if count > 1 else ''}"
+
+
 LEASE, ATOMIC, GROUPED = ("dbqueue", "lease"), ("dbqueue", "atomic"), ("dbqueue", "grouped")
+CLAIM100, BATCH, BATCH500 = ("raw", "claim100"), ("raw", "batch"), ("raw", "batch500")
+FLOW_MODES = (("concurrency", "concurrency limit"), ("rate", "rate limit"), ("both", "both limits"))
+FLOW_SERVERS = (("mysql", "MariaDB"), ("postgresql", "PostgreSQL"))
+#: Issue #33's table, line by line, in its order.
 FLOORS: list[Floor] = [
     Floor(
-        "lease-raw-4",
-        "Lease mode, 4 workers / raw claim 500, one ack per batch",
-        0.7,
+        "atomic-raw-1",
+        "Atomic mode, 1 worker / raw claim 100, ack each",
+        0.45,
         True,
-        _drain(LEASE, ("raw", "batch500"), 4),
+        _drain(ATOMIC, CLAIM100, 1),
+        before="0.63×",
+        at_issue="0.17×",
     ),
-    Floor("lease-peer-4", "Lease mode, 4 workers / fastest peer", 20, True, _peer(LEASE, 4)),
-]
-for _w in WORKERS:
-    FLOORS.append(
+    *(
         Floor(
-            f"atomic-raw-{_w}",
-            f"Atomic mode (1 job per transaction), {_w} worker{'s' if _w > 1 else ''} "
-            "/ raw claim 100, ack each",
-            0.35,
-            True,
-            _drain(ATOMIC, ("raw", "claim100"), _w),
-        )
-    )
-for _w in WORKERS:
-    FLOORS.append(
-        Floor(
-            f"atomic-peer-{_w}",
-            f"Atomic mode, {_w} worker{'s' if _w > 1 else ''} / fastest peer",
+            f"atomic-peer-{w}",
+            f"Atomic mode, {_workers(w)} / fastest peer",
             3,
             True,
-            _peer(ATOMIC, _w),
+            _peer(ATOMIC, w),
+            before=was,
+            at_issue=now,
         )
-    )
-for _w in WORKERS:
-    FLOORS.append(
-        Floor(
-            f"grouped-raw-{_w}",
-            f"Grouped atomic mode (100 per transaction), {_w} worker{'s' if _w > 1 else ''} "
-            "/ raw claim 100, one ack per batch",
-            0.7,
-            True,
-            _drain(GROUPED, ("raw", "batch"), _w),
-        )
-    )
-FLOORS += [
-    Floor(
-        "save-order",
-        "`save()` of a new row, time / the same model without QueueMixin (an order: 9 domain fields)",
-        1.15,
-        False,
-        lambda results: save_ratio(results["runs"], "order"),
+        for w, was, now in ((1, "4.2×", "1.03×"), (4, "4.9×", "0.83×"))
     ),
     Floor(
-        "save-bare",
-        "`save()` of a new row, time / the same model without QueueMixin (no domain fields)",
-        1.15,
+        "atomic-cpu",
+        "Atomic mode, worker CPU per job (1 worker)",
+        0.35,
         False,
-        lambda results: save_ratio(results["runs"], "bare"),
+        _cpu(ATOMIC),
+        "ms",
+        at_issue="2.36 ms (raw ack each 0.067 ms)",
+        beside=_cpu_beside("raw claim 100, ack each", CLAIM100),
+    ),
+    Floor(
+        "grouped-raw-1",
+        "Grouped atomic mode (100 per transaction), 1 worker / raw claim 100, one ack per batch",
+        0.5,
+        True,
+        _drain(GROUPED, BATCH, 1),
+        at_issue="0.31×",
+    ),
+    *(
+        Floor(
+            f"lease-raw-{w}",
+            f"Lease mode, {_workers(w)} / raw claim 500, one ack per batch",
+            0.6,
+            True,
+            _drain(LEASE, BATCH500, w),
+            before=was,
+            at_issue=now,
+        )
+        for w, was, now in ((1, "0.60×", "0.27×"), (4, "0.75×", "0.29×"))
+    ),
+    Floor(
+        "lease-peer-4",
+        "Lease mode, 4 workers / fastest peer",
+        30,
+        True,
+        _peer(LEASE, 4),
+        before="39×",
+        at_issue="26×",
+    ),
+    Floor(
+        "lease-cpu",
+        "Lease mode, worker CPU per job (1 worker)",
+        0.05,
+        False,
+        _cpu(LEASE),
+        "ms",
+        at_issue="0.123 ms (raw 0.006 ms)",
+        beside=_cpu_beside("raw claim 500, one ack per batch", BATCH500),
+    ),
+    Floor(
+        "save-raw",
+        "One-by-one enqueue, `save()` / raw autocommit `INSERT`, rows per second",
+        0.7,
+        True,
+        lambda results: enqueue_ratio(results["runs"], "one"),
+        before="0.75×",
+        at_issue="0.27×",
+    ),
+    *(
+        Floor(
+            f"save-{pair}",
+            f"`save()` of a new row, time / the same model without QueueMixin ({what})",
+            1.1,
+            False,
+            lambda results, pair=pair: save_ratio(results["runs"], pair),
+        )
+        for pair, what in (("bare", "no domain fields"), ("order", "an order: 9 domain fields"))
     ),
     Floor(
         "bulk",
-        "`bulk_enqueue()` / raw executemany, rows per second",
-        0.6,
+        "`bulk_enqueue()` of 1,000-row batches with JSON payloads / raw multi-row `INSERT`, rows per second",
+        0.7,
         True,
         lambda results: enqueue_ratio(results["runs"], "bulk"),
+        before="0.78×",
+        at_issue="0.14×",
+    ),
+    Floor(
+        "pickup-p50",
+        "Pickup latency p50 (one idle worker)",
+        8,
+        False,
+        lambda r: pickup(r["runs"], "p50_ms"),
+        "ms",
+        before="8.6 ms",
+        at_issue="11.4 ms",
+    ),
+    Floor(
+        "pickup-p95",
+        "Pickup latency p95 (one idle worker)",
+        15,
+        False,
+        lambda r: pickup(r["runs"], "p95_ms"),
+        "ms",
+        before="14.2 ms",
+        at_issue="24.1 ms",
+    ),
+    Floor(
+        "idle-qps",
+        "Idle worker, queries per second (no more than when the issue was filed)",
+        65,
+        False,
+        lambda r: pickup(r["runs"], "idle_queries_per_s"),
+        "/s",
+        at_issue="65/s",
+    ),
+    *(
+        Floor(
+            f"flow-{mode}-{server}",
+            f"Flow-control claim ({label}) / plain claim, {name}",
+            0.5,
+            True,
+            lambda results, server=server, label=label: flow_ratio(results, server, label),
+            at_issue={"concurrency": "0.26×", "rate": "0.54×", "both": "0.21×"}[mode]
+            if server == "postgresql"
+            else "—",
+            by_run=False,
+        )
+        for server, name in FLOW_SERVERS
+        for mode, label in FLOW_MODES
     ),
     Floor(
         "claim-cost",
-        "Claim time at the largest level of finished rows / empty table",
+        "Claim time at the largest level of finished rows / empty table (issue #20)",
         1.5,
         False,
         claim_cost_ratio,
-    ),
-    Floor(
-        "pickup-p95", "Pickup latency p95 (one idle worker)", 50, False, lambda r: pickup_p95(r["runs"]), "ms"
+        by_run=False,
     ),
 ]
 

@@ -17,6 +17,7 @@ RUNNING rows kept) to show a claim skipping full keys. Runs use a throw-away tes
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -34,7 +35,9 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from django_dbqueue import limits, outcomes, pauses  # noqa: E402
+from django_dbqueue.flow import limits, pauses  # noqa: E402
+from django_dbqueue.queue.outcome import Outcome  # noqa: E402
+from django_dbqueue.queue.record import record  # noqa: E402
 from tests.testapp.models import LimitedJob  # noqa: E402
 
 BATCH = 100
@@ -78,7 +81,7 @@ def drain(name: str, rows: int) -> tuple[float, float]:
         if not taken:
             break
         claims += 1
-        outcomes.succeed(model, taken, taken[0].queue_claim())
+        record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
     model.objects.all().delete()
     return claims / spent, counted[0] / max(claims, 1)
 
@@ -100,6 +103,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--json", default="", help="also write each mode's ratio to the plain claim here (the floors)"
+    )
     args = parser.parse_args()
     creation = connection.creation
     creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
@@ -127,6 +133,19 @@ def main() -> None:
         f"\nA biting limit (2 running per key, 50 keys): {bite_rate:,.0f} claims/s, "
         f"{bite_taken} rows taken in 50 claims (at most 100)."
     )
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"server": connection.vendor, "ratios": round_ratios(results)}))
+
+
+def round_ratios(results: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
+    """Each mode's claim rate over the plain claim's: the median of the rounds' ratios (a mode
+    and the plain claim of the same round ran minutes apart at most)."""
+    plain = [rate for rate, _ in results["plain claim (no limits)"]]
+    return {
+        name: statistics.median(rate / base for (rate, _), base in zip(runs, plain, strict=True))
+        for name, runs in results.items()
+    }
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from io import StringIO
 from pathlib import Path
 
@@ -53,6 +53,8 @@ from django.db.models import Max, Min  # noqa: E402
 
 from django_dbqueue import history  # noqa: E402
 from django_dbqueue.models import Message, QueueAttempt  # noqa: E402
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+
 
 OUT = ROOT / "bench" / "out"
 TABLE = QueueAttempt._meta.db_table

@@ -1,5 +1,6 @@
 """The worker commands under test, started and stopped as process trees, with the RSS and
-CPU time of every process they start (sampled from /proc)."""
+CPU time of every process they start (sampled from /proc) and the statements they send
+(counted at the driver by bench/stmtcount.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import stmtcount
 from bench.common import LOG_DIR, MANAGE, OURS_PY, OURS_VARIANTS, PEER_POLL, PEERS_PY, RAW, system_env
 
 
@@ -46,8 +48,18 @@ class Workers:
     seen: set[int] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def statements_dir(self) -> Path:
+        return LOG_DIR / "statements" / f"{self.system}-{self.variant}-{self.workers}"
+
     def start(self) -> Workers:
-        env = system_env(self.system, self.workers, **self.extra_env)
+        # Every process of the command counts its statements into a file of this folder.
+        self.statements_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.statements_dir.iterdir():
+            old.unlink()
+        env = system_env(
+            self.system, self.workers, **{stmtcount.ENV: str(self.statements_dir)}, **self.extra_env
+        )
         if self.variant.endswith("-nohist"):
             env["BENCH_DBQ_HISTORY"] = "0"  # DBQUEUE_HISTORY = False
         LOG_DIR.mkdir(parents=True, exist_ok=True)
@@ -66,6 +78,11 @@ class Workers:
                 if rss:
                     self.seen.add(pid)
                     self.rss_max[pid] = max(self.rss_max.get(pid, 0), rss)
+
+    def sample(self) -> tuple[float, dict[str, int]]:
+        """CPU seconds of the command's live processes, and the statements (by kind) of all it
+        ever started, so far."""
+        return cpu_seconds(self.tree()), stmtcount.kinds(self.statements_dir)
 
     def tree(self) -> list[int]:
         roots = [p.pid for p in self.procs]
@@ -116,14 +133,16 @@ class Workers:
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time used so far by these processes (all their threads)."""
+    """User + system CPU time used so far by these processes (all their threads) and by their
+    children that have exited and been waited for: a worker process that is recycled mid-drain
+    (django-q2 replaces its workers every 500 tasks) moves its time into its parent's."""
     ticks = 0
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        ticks += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

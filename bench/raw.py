@@ -3,6 +3,7 @@
     python bench/raw.py setup|reset
     python bench/raw.py enqueue-one --n N        # INSERT + commit per job
     python bench/raw.py enqueue-bulk --n N       # executemany, 1,000 rows per statement, one commit
+    python bench/raw.py enqueue-bulk --payload --n N   # the same, rows with JSON payloads
     python bench/raw.py work --mode MODE --procs P
 
 Modes: ``claim1`` (claim 1 row, ack it), ``claim100`` (claim 100, ack each with its own
@@ -35,9 +36,10 @@ if __package__ in (None, ""):
 
 from MySQLdb.constants import CLIENT
 
-from bench import ledger
+from bench import ledger, stmtcount
+from bench.payloads import payload
 
-DB = "bench_raw"
+DB = f"{ledger.PREFIX}_raw"
 DDL = """CREATE TABLE IF NOT EXISTS job (
     id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
     state VARCHAR(16) NOT NULL DEFAULT 'ready',
@@ -52,6 +54,12 @@ DDL = """CREATE TABLE IF NOT EXISTS job (
 ) ENGINE=InnoDB"""
 
 #: The attempt history of the ``atomic`` mode: django_dbqueue's table (columns and indexes).
+#: The rows of the bulk-enqueue measurement: the job table with a JSON payload (MariaDB's JSON
+#: is LONGTEXT with a json_valid() check, as Django's JSONField makes it).
+PAYLOAD_DDL = DDL.replace("TABLE IF NOT EXISTS job (", "TABLE IF NOT EXISTS payload_job (").replace(
+    "finished_at DATETIME(6) NULL,", "finished_at DATETIME(6) NULL,\n    payload JSON NOT NULL,"
+)
+
 ATTEMPT_DDL = """CREATE TABLE IF NOT EXISTS attempt (
     id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
     model VARCHAR(100) NOT NULL,
@@ -121,6 +129,7 @@ def setup(db: str = DB) -> None:
     cur.execute(f"CREATE DATABASE IF NOT EXISTS {db}")
     cur.execute(f"USE {db}")
     cur.execute(DDL)
+    cur.execute(PAYLOAD_DDL)
     cur.execute(ATTEMPT_DDL)
     conn.close()
 
@@ -130,6 +139,7 @@ def reset(db: str = DB) -> None:
     conn = connect(db)
     conn.cursor().execute("TRUNCATE TABLE job")
     conn.cursor().execute("TRUNCATE TABLE attempt")
+    conn.cursor().execute("TRUNCATE TABLE payload_job")
     conn.close()
 
 
@@ -150,6 +160,22 @@ def enqueue_bulk(n: int, db: str = DB) -> float:
     now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 1))
     for first in range(0, n, 1000):
         cur.executemany("INSERT INTO job (run_at) VALUES (%s)", [(now,)] * min(1000, n - first))
+    cur.execute("COMMIT")
+    return time.perf_counter() - start
+
+
+def enqueue_payloads(n: int, db: str = DB) -> float:
+    """``n`` rows with JSON payloads (json.dumps of bench/payloads.py's, inside the clock), one
+    multi-row INSERT per 1,000 rows (mysqlclient's executemany), one transaction."""
+    conn = connect(db)
+    cur = conn.cursor()
+    cur.execute("TRUNCATE TABLE payload_job")
+    start = time.perf_counter()
+    cur.execute("START TRANSACTION")
+    now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 1))
+    for first in range(0, n, 1000):
+        rows = [(now, json.dumps(payload(i))) for i in range(first, min(first + 1000, n))]
+        cur.executemany("INSERT INTO payload_job (run_at, payload) VALUES (%s, %s)", rows)
     cur.execute("COMMIT")
     return time.perf_counter() - start
 
@@ -296,7 +322,9 @@ def main() -> None:
     )
     parser.add_argument("--procs", type=int, default=1)
     parser.add_argument("--reset", action="store_true", help="empty the table first")
+    parser.add_argument("--payload", action="store_true", help="enqueue-bulk: rows with JSON payloads")
     args = parser.parse_args()
+    stmtcount.install()  # a drain's worker counts its statements (BENCH_COUNT_STATEMENTS)
     out: dict = {"system": "raw", "action": args.action}
     if args.reset:
         reset()
@@ -306,6 +334,9 @@ def main() -> None:
         reset()
     elif args.action == "enqueue-one":
         out.update(n=args.n, seconds=enqueue_one(args.n))
+    elif args.action == "enqueue-bulk" and args.payload:
+        api = "executemany of rows with a JSON payload each, 1,000 rows per INSERT"
+        out.update(n=args.n, seconds=enqueue_payloads(args.n), api=api)
     elif args.action == "enqueue-bulk":
         out.update(n=args.n, seconds=enqueue_bulk(args.n), api="executemany, 1,000 rows per INSERT")
     elif args.action == "remaining":

@@ -1,7 +1,10 @@
 """Benchmark django_dbqueue against its peers and the raw-SQL limit; rewrite BENCHMARKS.md.
 
     python bench/run.py            # the full run (make bench)
-    python bench/run.py --quick    # small N, one run: checks the harness (make bench-quick)
+    python bench/run.py --quick    # django_dbqueue's three modes against the raw-SQL loops only,
+                                   # fewer enqueues, 3 interleaved rounds (make bench-quick); writes
+                                   # bench/out/BENCHMARKS-quick.md
+    python bench/run.py --quick --runs 1 --scale 0.2 --no-write   # checks the harness
 
 Runs in the benchmark virtualenv (bench/.venv-peers: the peers, mysqlclient, matplotlib);
 django_dbqueue runs in the project's .venv. Every system uses its own MariaDB database on
@@ -18,8 +21,8 @@ import random
 import signal
 import statistics
 import sys
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,6 @@ from bench.common import (
     OUT_PNG,
     PEERS,
     RAW_VARIANTS,
-    ROOT,
     WORKER_COUNTS,
     attempt,
     ctl,
@@ -44,6 +46,8 @@ from bench.common import (
 )
 from bench.pairs import save_figures
 from bench.scenarios import contention, drain, pickup, reset_system
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+
 
 # -- enqueue ---------------------------------------------------------------------------------
 
@@ -68,7 +72,10 @@ def enqueue_once(system: str, n_one: int, n_bulk: int) -> dict[str, Any]:
         out["bulk"], out["bulk_api"] = None, "none (no bulk enqueue API)"
     else:
         reset_system(system)
-        bulk = ctl(system, "enqueue-bulk", "--n", str(n_bulk))
+        # django_dbqueue and the raw loop: rows with JSON payloads (issue #33's floor); the
+        # peers' rows carry their task's arguments as JSON anyway.
+        payload = ["--payload"] if system in ENQUEUE_PAIR else []
+        bulk = ctl(system, "enqueue-bulk", "--n", str(n_bulk), *payload)
         out["bulk"], out["bulk_api"] = n_bulk / bulk["seconds"], bulk.get("api", "")
     if system == "dbqueue":
         reset_system(system)
@@ -78,11 +85,13 @@ def enqueue_once(system: str, n_one: int, n_bulk: int) -> dict[str, Any]:
     return out
 
 
-def enqueue(order: list[str], n_one: int, n_bulk: int) -> list[dict[str, Any]]:
-    """The enqueue figures of one run: every system ENQUEUE_REPEATS times, taking turns."""
+def enqueue(
+    order: list[str], n_one: int, n_bulk: int, repeats: int = ENQUEUE_REPEATS
+) -> list[dict[str, Any]]:
+    """The enqueue figures of one run: every system ``repeats`` times, taking turns."""
     measured: dict[str, list[dict[str, Any]]] = {system: [] for system in order}
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    for repeat in range(ENQUEUE_REPEATS):
+    for repeat in range(repeats):
         this_repeat: dict[str, dict[str, Any]] = {}
         for system in paired_turns(order[repeat:] + order[:repeat], first=ENQUEUE_PAIR[repeat % 2]):
             item = attempt(f"enqueue {system}", enqueue_once, system, n_one, n_bulk)
@@ -133,11 +142,22 @@ def paired_turns(turns: list[str], first: str) -> list[str]:
 # -- the whole run ---------------------------------------------------------------------------
 
 
+#: The quick run (make bench-quick): django_dbqueue's three modes and the raw-SQL loops they
+#: are measured against (issue #33's floors), on MariaDB, 1 and 4 workers.
+QUICK_VARIANTS = {"dbqueue": ("lease", "atomic", "grouped"), "raw": ("claim100", "batch", "batch500")}
+
+
 @dataclass
 class Plan:
     quick: bool
     runs: int
     systems: tuple[str, ...]
+    workers: tuple[int, ...] = WORKER_COUNTS
+    #: The variants drained per system (every variant of bench/common.py where not named).
+    only: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    enqueue_repeats: int = ENQUEUE_REPEATS
+    contention: bool = True  # the drain with concurrent enqueue and purge
+    claim_cost: bool = True  # claims at 0 / 100k / 1M finished rows
     n_fast: int = 20000  # backlog of the batched drains (ours lease/grouped, raw batch ack)
     n_per_job: int = 3000  # one commit per job: ours atomic, raw claim 100 + ack each
     n_claim1: int = 2000  # raw claim 1 + ack each
@@ -151,52 +171,96 @@ class Plan:
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
-    systems = tuple(args.systems.split(",")) if args.systems else ("dbqueue", "raw", *PEERS)
     if args.quick:
-        return Plan(
+        plan = Plan(
             quick=True,
-            runs=1,
-            systems=systems,
-            n_fast=3000,
-            n_per_job=1000,
+            runs=args.runs or 3,
+            systems=tuple(args.systems.split(",")) if args.systems else ("dbqueue", "raw"),
+            workers=(1, 4),
+            only=QUICK_VARIANTS,
+            enqueue_repeats=3,
+            contention=False,
+            claim_cost=False,
+            # The drains keep make bench's backlogs (20,000 / 3,000): at 8,000 / 800 a drain
+            # lasted about a second on an idle machine, too short to compare with the raw loops.
+            n_fast=20000,
+            n_per_job=3000,
             n_claim1=500,
             n_peer=500,
-            n_one=200,
-            n_bulk=3000,
-            trickle=10,
+            n_one=300,
+            n_bulk=10000,
+            trickle=15,
             idle_seconds=2.0,
-            levels="0,10000,100000",
-            claims=5,
         )
-    return Plan(quick=False, runs=args.runs, systems=systems)
+    else:
+        systems = tuple(args.systems.split(",")) if args.systems else ("dbqueue", "raw", *PEERS)
+        plan = Plan(quick=False, runs=args.runs or 3, systems=systems)
+    return scaled(plan, args.scale)
+
+
+def scaled(plan: Plan, scale: float) -> Plan:
+    """``plan`` with every backlog and enqueue count times ``scale`` (a short check of the
+    harness), at least 100 jobs each."""
+    if scale == 1:
+        return plan
+    counts = ("n_fast", "n_per_job", "n_claim1", "n_peer", "n_one", "n_bulk")
+    return replace(plan, **{name: max(int(getattr(plan, name) * scale), 100) for name in counts})
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a run writes: its results (JSON), its report and the report's chart."""
+
+    results: Path
+    report: Path
+    chart: Path
+
+
+def output(args: argparse.Namespace) -> Output:
+    """BENCHMARKS.md for the full run; bench/out/ for the quick one (a quick run's figures are
+    not the benchmark's, so it leaves BENCHMARKS.md and bench/benchmarks.png alone)."""
+    if args.quick:
+        report = Path(args.out) if args.out else LOG_DIR / "BENCHMARKS-quick.md"
+        return Output(LOG_DIR / "results-quick.json", report, report.with_suffix(".png"))
+    if args.out:  # a report elsewhere: its chart beside it, bench/benchmarks.png stays
+        return Output(LOG_DIR / "results.json", Path(args.out), Path(args.out).with_suffix(".png"))
+    return Output(LOG_DIR / "results.json", OUT_MD, OUT_PNG)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small N, one run (checks the harness)")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="django_dbqueue and the raw-SQL loops only, fewer enqueues, 3 rounds (make bench-quick)",
+    )
+    parser.add_argument("--runs", type=int, default=0, help="rounds, interleaved (default 3)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiply every backlog and enqueue count (0.2: a check)"
+    )
+    parser.add_argument(
+        "--out", default="", help="the report (BENCHMARKS.md; --quick: bench/out/BENCHMARKS-quick.md)"
+    )
     parser.add_argument(
         "--systems", default="", help="comma-separated subset (dbqueue,raw,djqueue,tasksdb,q2)"
     )
-    parser.add_argument("--no-write", action="store_true", help="print results, leave BENCHMARKS.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print results, write no report")
     parser.add_argument("--skip", default="", help="comma-separated scenarios to skip")
     parser.add_argument(
-        "--report-only", action="store_true", help="rewrite BENCHMARKS.md from bench/out/results.json"
+        "--report-only", action="store_true", help="rewrite the report from the run's results JSON"
     )
     args = parser.parse_args()
     # SIGTERM unwinds like Ctrl-C: the finally blocks stop the worker commands started so far.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    out = output(args)
     if args.report_only:
-        from bench import report
-
         # Not save(): that would stamp the run's end with the time of this rewrite.
-        report.write(json.loads((LOG_DIR / "results.json").read_text()), OUT_MD, OUT_PNG)
-        log(f"wrote {OUT_MD.name} and {OUT_PNG.relative_to(ROOT)}")
+        write_report(json.loads(out.results.read_text()), out)
         return
     plan = make_plan(args)
     skip = set(filter(None, args.skip.split(",")))
-    log(f"benchmark ({'quick' if plan.quick else 'full'}, {plan.runs} run(s)); systems {plan.systems}")
-    prepare_databases()
+    log(f"benchmark ({'quick' if plan.quick else 'full'}, {plan.runs} round(s)); systems {plan.systems}")
+    prepare_databases(plan.systems)
     results: dict[str, Any] = {
         "plan": plan.__dict__,
         "machine": machine_info(),
@@ -206,7 +270,7 @@ def main() -> None:
         "errors": ERRORS,
     }
     write = not args.no_write
-    if "contention" not in skip:
+    if plan.contention and "contention" not in skip:
         log("contention: drain with concurrent enqueue and purge")
         found = [
             attempt(
@@ -223,7 +287,7 @@ def main() -> None:
         ]
         results["contention"] = [item for item in found if item]
 
-    if "claim" not in skip and "dbqueue" in plan.systems:
+    if plan.claim_cost and "claim" not in skip and "dbqueue" in plan.systems:
         log("claim cost on a wide domain table")
         results["claim_cost"] = attempt(
             "claim cost", ctl, "dbqueue", "claim-cost", "--levels", plan.levels, "--claims", str(plan.claims)
@@ -235,23 +299,38 @@ def main() -> None:
                 f"{level['raw_reads_per_claim']})"
             )
     for run in range(plan.runs):
-        log(f"run {run + 1}/{plan.runs}")
+        log(f"round {run + 1}/{plan.runs}")
         results["runs"].append(one_run(plan, run, skip))
-        save(results, write)  # after every run: an interrupted benchmark still leaves its results
+        save(results, out, write)  # after every round: an interrupted benchmark still leaves its results
 
-    save(results, write, final=True)
+    save(results, out, write, final=True)
+    for line in floor_summary(results):
+        log(line)
+
+
+def floor_summary(results: dict[str, Any]) -> list[str]:
+    """One line per floor: met / missed and the figure (the end of the run's log)."""
+    from bench import floors
+
+    return [
+        f"floor {floor.label}: {floors.verdict(floor, value)}"
+        + (f" ({floor.show(value)}, target {floor.target})" if value is not None else "")
+        for floor, value, _ in floors.evaluate(results)
+    ]
 
 
 def one_run(plan: Plan, run: int, skip: set[str]) -> dict[str, Any]:
+    """One round: every system's enqueue, then every drain (each worker count in turn, the
+    systems in a shuffled order), then pickup; so the rounds interleave the systems."""
     current: dict[str, Any] = {"enqueue": [], "drain": [], "pickup": [], "load": [load_average()]}
     order = list(plan.systems)
     random.Random(run).shuffle(order)
     if "enqueue" not in skip:
-        current["enqueue"] = enqueue(order, plan.n_one, plan.n_bulk)
+        current["enqueue"] = enqueue(order, plan.n_one, plan.n_bulk, plan.enqueue_repeats)
     if "drain" not in skip:
-        for workers in WORKER_COUNTS:
+        for workers in plan.workers:
             for system in order:
-                for variant in variants(system):
+                for variant in variants(system, plan.only):
                     n = drain_n(plan, system, variant)
                     item = attempt(
                         f"drain {system}/{variant} x{workers}", drain, system, variant, workers, n, 600
@@ -268,21 +347,40 @@ def one_run(plan: Plan, run: int, skip: set[str]) -> dict[str, Any]:
     return current
 
 
-def save(results: dict[str, Any], write: bool, final: bool = False) -> None:
+def save(results: dict[str, Any], out: Output, write: bool, final: bool = False) -> None:
     results["ended"] = datetime.now(UTC).isoformat(timespec="seconds")
     results.setdefault("load", {})["ended"] = load_average()
     results["complete"] = final or results.get("complete", False)
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    (LOG_DIR / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    log(f"results in {(LOG_DIR / 'results.json').relative_to(ROOT)}")
+    out.results.parent.mkdir(parents=True, exist_ok=True)
+    out.results.write_text(json.dumps(results, indent=1, default=str))
+    log(f"results in {out.results}")
     if write:
-        from bench import report
-
-        report.write(results, OUT_MD, OUT_PNG)
-        log(f"wrote {OUT_MD.name} and {OUT_PNG.relative_to(ROOT)}")
+        write_report(results, out)
 
 
-def variants(system: str) -> tuple[str, ...]:
+def write_report(results: dict[str, Any], out: Output) -> None:
+    from bench import report
+
+    report.write(with_flow(results, LOG_DIR), out.report, out.chart)
+    log(f"wrote {out.report} and {out.chart}")
+
+
+def with_flow(results: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """``results`` with the flow-control ratios of ``directory/flow-*.json`` (bench/flow_claim.py
+    --json, which `make bench` runs after this driver, then rewrites the report) that were
+    written after the run began; older files are another run's."""
+    began = datetime.fromisoformat(results["began"]).timestamp()
+    flow = {}
+    for path in sorted(directory.glob("flow-*.json")):
+        if path.stat().st_mtime >= began:
+            found = json.loads(path.read_text())
+            flow[found["server"]] = found["ratios"]
+    return {**results, "flow": flow} if flow else results
+
+
+def variants(system: str, only: dict[str, tuple[str, ...]] | None = None) -> tuple[str, ...]:
+    if only and system in only:
+        return tuple(only[system])
     if system == "dbqueue":
         return tuple(OURS_VARIANTS)
     if system == "raw":

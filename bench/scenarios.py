@@ -10,25 +10,27 @@ from pathlib import Path
 from typing import Any
 
 from bench import ledger
-from bench.common import LOG_DIR, OURS_VARIANTS, ctl, db, global_status, log
-from bench.procs import Workers, cpu_seconds
+from bench.common import LOG_DIR, OURS_VARIANTS, ctl, db, global_status, load_average, log
+from bench.costs import per_job
+from bench.procs import Workers
 
 
 def wait_ledger(
-    expected: int, timeout: float, workers: Workers | None = None, cpu: dict[str, float] | None = None
+    expected: int, timeout: float, workers: Workers | None = None, cost: dict[str, Any] | None = None
 ) -> int:
-    """Wait until the ledger holds ``expected`` jobs. With ``cpu``, note the worker command's
-    CPU seconds when the first job shows up and when the last one does."""
+    """Wait until the ledger holds ``expected`` jobs. With ``cost``, note the worker command's
+    CPU seconds and statements when the first job shows up and when the last one does."""
     conn = db(ledger.DB)
     deadline = time.monotonic() + timeout
     seen = 0
     while time.monotonic() < deadline:
         seen = ledger.count(conn)
-        if cpu is not None and workers is not None:
-            if seen and "first" not in cpu:
-                cpu["first"], cpu["first_seen"] = cpu_seconds(workers.tree()), seen
+        if cost is not None and workers is not None:
+            if seen and "cpu_first" not in cost:
+                cost["cpu_first"], cost["statements_first"] = workers.sample()
+                cost["first_seen"] = seen
             if seen >= expected:
-                cpu["last"] = cpu_seconds(workers.tree())
+                cost["cpu_last"], cost["statements_last"] = workers.sample()
         if seen >= expected:
             break
         if workers is not None and all(p.poll() is not None for p in workers.procs):
@@ -43,12 +45,14 @@ def drain(system: str, variant: str, workers: int, n: int, timeout: float) -> di
     ledger.reset()
     prefill(system, variant, n)  # empties the system's tables first
     before = global_status(("Innodb_deadlocks", "Innodb_row_lock_waits"))
+    load = [load_average()]
     running = Workers(system, variant, workers).start()
     started = time.monotonic()
-    cpu: dict[str, float] = {}
+    cost: dict[str, Any] = {}
     try:
-        seen = wait_ledger(n, timeout, running, cpu)
+        seen = wait_ledger(n, timeout, running, cost)
         wall = time.monotonic() - started
+        load.append(load_average())
         time.sleep(0.3)  # late duplicates reach the ledger too
     finally:
         running.stop()
@@ -68,18 +72,18 @@ def drain(system: str, variant: str, workers: int, n: int, timeout: float) -> di
         "exactly_once": exactly_once(summary, n),
         "ledger": summary,
         "rss": running.rss(),
-        # CPU of the worker command's processes per job, between the first and the last job
-        # the driver saw in the ledger (processes that exit meanwhile are not counted).
-        "cpu_us_per_job": (cpu["last"] - cpu["first"]) * 1e6 / (n - cpu["first_seen"])
-        if "last" in cpu and n > cpu["first_seen"]
-        else None,
+        # CPU of the worker command's processes and the statements they sent, per job, between
+        # the first and the last job the driver saw in the ledger (bench/costs.py).
+        **per_job(cost, n),
+        "load": load,
         "deadlocks": after["Innodb_deadlocks"] - before["Innodb_deadlocks"],
         "lock_waits": after["Innodb_row_lock_waits"] - before["Innodb_row_lock_waits"],
     }
     rate = f"{result['rate']:,.0f} jobs/s" if result["rate"] else f"INCOMPLETE {seen}/{n}"
     log(
         f"  drain {system}/{variant} x{workers}: {rate}, exactly-once {result['exactly_once']}, "
-        f"max RSS {result['rss']['max_process_mb']:.0f} MB, CPU {result['cpu_us_per_job'] or 0:.0f} µs/job"
+        f"max RSS {result['rss']['max_process_mb']:.0f} MB, CPU {result['cpu_us_per_job'] or 0:.0f} µs/job, "
+        f"{result['statements_per_job'] or 0:.3f} statements/job, load {load[0][:1]} -> {load[-1][:1]}"
     )
     return result
 
@@ -121,9 +125,10 @@ def pickup(system: str, trickle: int, idle_seconds: float) -> dict[str, Any]:
     running = Workers(system, variant, 1, extra_env={"BENCH_COUNT_QUERIES": str(qdir)}).start()
     try:
         time.sleep(3.0)  # started and idle
-        first = _query_count(qdir)
-        time.sleep(idle_seconds)
+        first, first_sent = _query_count(qdir), sum(running.sample()[1].values())
+        time.sleep(idle_seconds)  # the idle window the statements are counted over
         idle_qps = (_query_count(qdir) - first) / idle_seconds
+        idle_sent = (sum(running.sample()[1].values()) - first_sent) / idle_seconds
         args = ["trickle", "--n", str(trickle), "--gap", "0.15"]
         if system != "dbqueue":
             args += ["--first", "1"]
@@ -143,10 +148,13 @@ def pickup(system: str, trickle: int, idle_seconds: float) -> dict[str, Any]:
         "p50_ms": _pct(latencies, 50),
         "p95_ms": _pct(latencies, 95),
         "idle_queries_per_s": idle_qps,
+        # The same window counted at the driver (bench/stmtcount.py): with COMMIT and
+        # SET autocommit, which Django's execute wrapper above does not see.
+        "idle_statements_per_s": idle_sent,
     }
     log(
         f"  pickup {system}: p50 {out['p50_ms']:.0f} ms, p95 {out['p95_ms']:.0f} ms "
-        f"({out['picked']}/{out['jobs']}), idle {idle_qps:.1f} queries/s"
+        f"({out['picked']}/{out['jobs']}), idle {idle_qps:.1f} queries/s ({idle_sent:.1f} statements/s)"
     )
     return out
 
@@ -179,9 +187,9 @@ def contention(system: str, variant: str, n: int, extra: int, timeout: float) ->
     names = ("Innodb_deadlocks", "Innodb_row_lock_waits", "Innodb_row_lock_time")
     if system == "dbqueue":
         table = "dbqapp_" + OURS_VARIANTS[variant][0].split(".")[1].lower()
-        database, state = "bench_dbqueue", "queue_state"
+        database, state = f"{ledger.PREFIX}_dbqueue", "queue_state"
     else:
-        table, database, state = "job", "bench_raw", "state"
+        table, database, state = "job", f"{ledger.PREFIX}_raw", "state"
     # The server is shared: the same counters over an equal quiet window show the background.
     quiet_before = global_status(names)
     time.sleep(3)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 
 SYSTEM = os.environ.get("BENCH_SYSTEM", "dbqueue")
+#: The prefix of the databases (bench/ledger.py: PREFIX).
+DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "bench")
 WORKERS = int(os.environ.get("BENCH_WORKERS", "1"))
 #: Seconds between polls of an idle peer worker (their "fastest sensible" setting here).
 PEER_POLL = float(os.environ.get("BENCH_PEER_POLL", "0.1"))
@@ -29,7 +31,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.mysql",
-        "NAME": os.environ.get("BENCH_DB_NAME", f"bench_{SYSTEM}"),
+        "NAME": os.environ.get("BENCH_DB_NAME", f"{DB_PREFIX}_{SYSTEM}"),
         "USER": os.environ.get("BENCH_DB_USER", "root"),
         "PASSWORD": os.environ.get("BENCH_DB_PASSWORD", ""),
         "HOST": os.environ.get("BENCH_DB_HOST", "127.0.0.1"),

@@ -22,7 +22,7 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -34,6 +34,8 @@ os.environ.setdefault("DATABASE_URL", "mysql://root@127.0.0.1:3306/spark_bench")
 
 from bench.spark_bench import HISTORY_DDL, HISTORY_FILL, ensure_database  # noqa: E402
 from tests.spark_cluster import StandaloneCluster, submit_command  # noqa: E402
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+
 
 JOB = ROOT / "tests" / "spark_cluster_job.py"
 RESULT_PREFIX = "SPARK_CLUSTER_JOB "

@@ -9,6 +9,7 @@ class DbqAppConfig(AppConfig):
     verbose_name = "django_dbqueue benchmark"
 
     def ready(self) -> None:
-        from bench import querycount
+        from bench import querycount, stmtcount
 
         querycount.install()
+        stmtcount.install()

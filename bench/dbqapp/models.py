@@ -34,6 +34,16 @@ class GroupedJob(QueueMixin):
         ledger.record(self.pk)
 
 
+class PayloadJob(QueueMixin):
+    """Lease mode with a JSON payload: the rows of the bulk-enqueue measurement (issue #33's
+    floor is ``bulk_enqueue()`` of rows with JSON payloads against a raw multi-row INSERT)."""
+
+    payload = models.JSONField(default=dict)
+
+    def process(self) -> None:
+        ledger.record(self.pk)
+
+
 class OrderFields(models.Model):
     """The domain fields of an order: what a user's own model holds besides the queue."""
 

@@ -9,6 +9,7 @@ class PeerAppConfig(AppConfig):
     verbose_name = "peer queues benchmark"
 
     def ready(self) -> None:
-        from bench import querycount
+        from bench import querycount, stmtcount
 
         querycount.install()
+        stmtcount.install()

@@ -19,7 +19,7 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +34,8 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 from bench.scale import build, pages, purge, queue_ops, report  # noqa: E402
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+
 
 STEPS = ("build", "claims", "enqueue", "admin", "rescue", "purge")  # the build always runs
 

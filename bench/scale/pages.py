@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -20,6 +20,8 @@ from shop.models import Order
 
 from bench.admin_changelist import example_pages, measure
 from django_dbqueue.states import QueueState
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+
 
 TARGET_MS = 500
 #: Rows ticked by hand: one page of the list. A POST of 1,000 ticked rows is refused by Django

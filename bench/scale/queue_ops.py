@@ -18,7 +18,7 @@ from shop.models import Order
 
 from django_dbqueue.backends import db_now_plus
 from django_dbqueue.conf import settings as dbq_settings
-from django_dbqueue.rescue import rescue_expired
+from django_dbqueue.queue.rescue import rescue_expired
 from django_dbqueue.states import QueueState
 
 ALIASES = ("default", "empty")

@@ -16,8 +16,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from bench.dbqapp.models import SAVE_PAIRS, WIDE_TABLES
+from bench.dbqapp.models import SAVE_PAIRS, WIDE_TABLES, PayloadJob
 from bench.pairs import turn_order
+from bench.payloads import payload
 from django_dbqueue.states import QueueState
 
 HANDLER_READS = (
@@ -186,6 +187,21 @@ def save_pairs(n: int, turns: int) -> dict[str, Any]:
     return out
 
 
+def enqueue_payloads(n: int) -> dict[str, Any]:
+    """``bulk_enqueue()`` of ``n`` PayloadJob rows, each a mapping with its JSON payload (built
+    inside the clock, as the raw loop builds its JSON text), 1,000 per INSERT, one transaction."""
+    PayloadJob.objects.all().delete()
+    connection.ensure_connection()  # as every system: connected before the clock starts
+    start = time.perf_counter()
+    PayloadJob.objects.bulk_enqueue([{"payload": payload(i)} for i in range(n)], batch_size=1000)
+    return {
+        "model": PayloadJob._meta.label,
+        "n": n,
+        "seconds": time.perf_counter() - start,
+        "api": "bulk_enqueue() of mappings with a JSON payload each, 1,000 rows per INSERT",
+    }
+
+
 class Command(BaseCommand):
     help = "Benchmark control of django_dbqueue (reset, enqueue, save pairs, trickle, claim cost)."
 
@@ -199,6 +215,9 @@ class Command(BaseCommand):
         parser.add_argument("--claims", type=int, default=20)
         parser.add_argument("--turns", type=int, default=10, help="turns of the save() pairs")
         parser.add_argument("--reset", action="store_true", help="empty the tables first")
+        parser.add_argument(
+            "--payload", action="store_true", help="enqueue-bulk: PayloadJob rows with JSON payloads"
+        )
 
     def handle(self, *args, **options):
         model = apps.get_model(options["model"])
@@ -216,6 +235,8 @@ class Command(BaseCommand):
             for _ in range(n):
                 model().save()
             out.update(n=n, seconds=time.perf_counter() - start)
+        elif action == "enqueue-bulk" and options["payload"]:
+            out.update(enqueue_payloads(n))
         elif action == "enqueue-bulk":
             connection.ensure_connection()  # as every system: connected before the clock starts
             start = time.perf_counter()

@@ -1,0 +1,223 @@
+"""What fair share and aging cost a claim, and the issue's full-size fairness run (issue #37).
+
+    DATABASE_URL=mysql://root@127.0.0.1:3306/bench_fair python bench/fair_claim.py [--ready 100000]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_fair python bench/fair_claim.py --processes
+    make bench-fairness      (both servers, both parts)
+
+Part 1, the claim's cost: with a standing backlog of ``--ready`` due rows (the backlog is what a
+fair claim reads: its ranking numbers every due row), ``--claims`` claims of 100 rows each are
+timed (their success recorded, untimed, so the backlog stays). Modes: the plain claim; fair
+share over 100 and over 10,000 keys; aging alone. Prints a Markdown table of medians over
+``--rounds`` rounds, and the EXPLAIN of the fair ranking at that backlog.
+
+Part 2 (``--processes``), the issue's proof at full size: one tenant with 100,000 rows and 20
+tenants with 10 rows each, 4 ``runqueue`` workers (``--batch-size 4``): the claim (of 4 x 2)
+after which every quiet tenant had its first row claimed, and each tenant's share of claims
+while it had work. Part 3 (``--aging 30``): the issue's aging proof, the histogram of 100
+priority-0 rows' waits under a saturating stream of priority-10 rows. Runs use a throw-away
+test database (``test_<name>`` of DATABASE_URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DATABASE_URL", "mysql://root@127.0.0.1:3306/bench_fair")
+os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection, connections  # noqa: E402
+
+from django_dbqueue.fairness import options  # noqa: E402
+from django_dbqueue.fairness.ranking import fair_ranking  # noqa: E402
+from django_dbqueue.queue.outcome import Outcome  # noqa: E402
+from django_dbqueue.queue.record import record  # noqa: E402
+from django_dbqueue.states import QueueState  # noqa: E402
+from tests.testapp.models import AgedJob, FairJob  # noqa: E402
+
+BATCH = 100
+
+
+def declare(model: type, key: str | None, aging: float | None) -> None:
+    model.queue_fair_key = key
+    model.queue_fair_weights = None
+    model.queue_aging = aging
+    options.fair_share_of.cache_clear()
+
+
+def fill(model: type, ready: int, keys: int) -> None:
+    model.objects.all().delete()
+    model.objects.bulk_create([model(customer=f"c{i % keys}") for i in range(ready)], batch_size=5000)
+
+
+MODES = {
+    "plain claim": (FairJob, None, None, 100),
+    "fair share, 100 keys": (FairJob, "customer", None, 100),
+    "fair share, 10,000 keys": (FairJob, "customer", None, 10_000),
+    "aging alone (30 s)": (AgedJob, None, 30.0, 100),
+}
+
+
+def timed(name: str, ready: int, claims: int) -> float:
+    """Milliseconds per claim of 100 rows over a standing backlog of ``ready`` rows."""
+    model, key, aging, keys = MODES[name]
+    declare(model, key, aging)
+    fill(model, ready + claims * BATCH, keys)
+    spent = []
+    for _ in range(claims):
+        started = time.perf_counter()
+        taken = model.objects.claim(BATCH)
+        spent.append(time.perf_counter() - started)
+        record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
+    return statistics.median(spent) * 1000
+
+
+def explain(ready: int) -> str:
+    declare(FairJob, "customer", None)
+    fill(FairJob, ready, 10_000)
+    fair = options.fair_share_of(FairJob)
+    assert fair is not None
+    ranking = fair_ranking(FairJob.objects.all(), fair).values_list("pk")[: 4 * BATCH]
+    sql, params = ranking.query.sql_with_params()
+    # QuerySet.explain() misplaces EXPLAIN inside the QUALIFY-like wrapper on MariaDB.
+    analyze = "EXPLAIN ANALYZE " if connection.vendor == "postgresql" else "ANALYZE "
+    if connection.vendor == "mysql" and not connection.mysql_is_mariadb:
+        analyze = "EXPLAIN ANALYZE "
+    with connection.cursor() as cursor:
+        cursor.execute(analyze + sql, params)
+        return "\n".join(" | ".join(str(v) for v in row) for row in cursor.fetchall())
+
+
+def processes(busy: int = 100_000, workers: int = 4, batch: int = 4) -> None:
+    declare(FairJob, "customer", None)
+    FairJob.objects.all().delete()
+    FairJob.objects.bulk_create([FairJob(customer="busy") for _ in range(busy)], batch_size=5000)
+    FairJob.objects.bulk_create([FairJob(customer=f"quiet{n:02}") for n in range(20) for _ in range(10)])
+    env = {**os.environ, "DBQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"])}
+    command = [sys.executable, "-m", "django", "runqueue", "testapp.FairJob", "--settings", "tests.settings"]
+    connections.close_all()
+    started = [
+        subprocess.Popen([*command, "--concurrency", "1", "--batch-size", str(batch)], cwd=ROOT, env=env)
+        for _ in range(workers)
+    ]
+    quiet = FairJob.objects.exclude(customer="busy")
+    try:
+        while quiet.exclude(queue_state=QueueState.SUCCEEDED).exists():
+            time.sleep(0.2)  # a poll of the run's progress
+    finally:
+        for proc in started:
+            proc.terminate()
+        for proc in started:
+            proc.wait()
+    stamps = FairJob.objects.exclude(queue_last_attempt_at=None).values_list(
+        "queue_last_attempt_at", "customer"
+    )
+    claims = sorted({at for at, _ in stamps})
+    first = {}
+    for at, customer in stamps:
+        if customer != "busy":
+            first[customer] = min(at, first.get(customer, at))
+    last_quiet_claim = claims.index(max(first.values())) + 1
+    share = Counter(customer == "busy" for at, customer in stamps if at <= max(first.values()))
+    print(
+        f"\nFull-size fairness ({connection.vendor}): {busy:,} busy rows, 20 x 10 quiet, {workers} workers, "
+        f"batch {batch}: every quiet tenant's first row was claimed by claim {last_quiet_claim} "
+        f"(two cycles: {2 * workers}); rows claimed until then: busy {share[True]}, quiet {share[False]}."
+    )
+
+
+def aging_run(bound: float, workers: int = 2, low: int = 100) -> None:
+    """The issue's aging proof: a stream of priority-10 rows arriving faster than ``workers``
+    take them (0.01 s each), ``low`` priority-0 rows, a ``bound`` s aging bound; prints the
+    histogram of the priority-0 rows' waits (claim time less due time, database clock)."""
+    declare(AgedJob, None, bound)
+    AgedJob.objects.all().delete()
+    AgedJob.objects.bulk_create([AgedJob(customer="low", queue_priority=0) for _ in range(low)])
+    env = {
+        **os.environ,
+        "DBQUEUE_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+        "BENCH_AGING": str(bound),
+    }
+    command = [sys.executable, "-m", "django", "runqueue", "testapp.AgedJob", "--settings", "tests.settings"]
+    connections.close_all()
+    started = [
+        subprocess.Popen([*command, "--concurrency", "1", "--batch-size", "4"], cwd=ROOT, env=env)
+        for _ in range(workers)
+    ]
+    waiting = AgedJob.objects.filter(customer="low").exclude(queue_state=QueueState.SUCCEEDED)
+    try:
+        while waiting.exists():
+            stream = [AgedJob(customer="high", queue_priority=10, sleep=0.01) for _ in range(10 * workers)]
+            AgedJob.objects.bulk_create(stream)
+            time.sleep(0.05)  # the stream's pace
+    finally:
+        for proc in started:
+            proc.terminate()
+        for proc in started:
+            proc.wait()
+    rows = AgedJob.objects.filter(customer="low").values_list("queue_run_at", "queue_last_attempt_at")
+    waits = sorted((claimed - due).total_seconds() for due, claimed in rows)
+    backlog = AgedJob.objects.filter(customer="high", queue_state=QueueState.READY).count()
+    print(
+        f"\nAging ({connection.vendor}): {low} priority-0 rows, bound {bound:g} s, {workers} workers, "
+        f"priority-10 rows still waiting at the end: {backlog}; longest wait {waits[-1]:.2f} s\n"
+    )
+    step = max(bound / 10, 0.5)
+    buckets = Counter(int(w // step) for w in waits)
+    for bucket in range(max(buckets) + 1):
+        print(
+            f"{bucket * step:6.1f}-{(bucket + 1) * step:6.1f} s | {'#' * buckets[bucket]} {buckets[bucket]}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ready", type=int, default=100_000)
+    parser.add_argument("--claims", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--processes", action="store_true", help="the full-size run with 4 workers")
+    parser.add_argument("--aging", type=float, help="the aging run with this bound (the issue's: 30)")
+    args = parser.parse_args()
+    creation = connection.creation
+    creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        if args.processes:
+            processes()
+            return
+        if args.aging:
+            aging_run(args.aging)
+            return
+        results: dict[str, list[float]] = {name: [] for name in MODES}
+        for _ in range(args.rounds):
+            for name in MODES:
+                results[name].append(timed(name, args.ready, args.claims))
+        plan = explain(args.ready)
+    finally:
+        connections.close_all()
+        creation.destroy_test_db(connection.settings_dict["NAME"], verbosity=0)
+    plain = statistics.median(results["plain claim"])
+    print(
+        f"\nClaim cost, fair share and aging ({connection.vendor}, {args.ready:,} due rows, claim({BATCH}))\n"
+    )
+    print("| mode | ms per claim | ratio of rates to plain |")
+    print("|---|---:|---:|")
+    for name, runs in results.items():
+        ms = statistics.median(runs)
+        print(f"| {name} | {ms:.1f} | {plain / ms:.2f} |")
+    print(f"\nEXPLAIN of the fair ranking at {args.ready:,} due rows, 10,000 keys:\n\n{plan}")
+
+
+if __name__ == "__main__":
+    main()
