@@ -1,5 +1,5 @@
 # Everything a fresh Debian machine of this kind needs is installed from here: system
-# packages (apt), a virtualenv with a Python >= 3.12, and the local database servers.
+# packages (apt), a virtualenv with the newest Python >= 3.10, and the local database servers.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,21 +9,28 @@ SQLITE_URL ?= sqlite:///$(CURDIR)/tests/dbqueue.sqlite3
 PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
-.PHONY: help venv system-deps services test test-databases test-mariadb test-postgresql test-sqlite test-django \
-        lint check docs package example bench bench-quick bench-scale bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
+.PHONY: help venv system-deps services test test-passes test-databases test-mariadb test-postgresql test-sqlite test-spark test-django \
+        lint check docs screenshots package example test-python model-check protocol-hypothesis bench bench-quick bench-startup bench-scale bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
 
 help:
-	@echo "make example   - run the example shop end to end: Python >= 3.12 and SQLite only, no root"
+	@echo "make example   - run the example shop end to end: Python >= 3.10 and SQLite only, no root"
 	@echo "                 (EXAMPLE_DB=mysql://... for another database; its driver is yours to install)"
 	@echo "make test      - lint, mypy, checks, docs, package, the whole test suite on MariaDB, PostgreSQL"
-	@echo "                 and SQLite, and smoke runs on Django 5.2 LTS and 6.0 (make test-django-52)"
+	@echo "                 and SQLite, smoke runs on Django 5.2 LTS and 6.0 (make test-django-52), and on"
+	@echo "                 Python 3.10 and 3.11 with Django 5.2 (make test-python-310)"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
 	@echo "make soak      - 30 minutes at 70% of capacity, a worker SIGKILL a minute, purges (SOAK_MINUTES=30)"
 	@echo "make netns     - many hosts over a real network (root): partitions and a slow link (~4 min)"
-	@echo "make docs      - the docs site (Sphinx + MyST, warnings are errors) into docs/_build/html"
+	@echo "make model-check - the protocol model (protocol/queue.pml) checked by Spin at deeper bounds (~10 min)"
+	@echo "make protocol-hypothesis - the Hypothesis run of the real code against the protocol, longer budget"
+	@echo "make docs      - the docs site (Sphinx + MyST, warnings are errors) into docs/_build/html;"
+	@echo "                 only the docs extra in .venv-docs: no root, no apt, no database"
+	@echo "make screenshots - docs/img/*.png again, from the example shop in headless Chromium"
 	@echo "make package   - wheel + sdist, twine check, the wheel in a clean virtualenv runs the example"
 	@echo "make bench     - benchmarks against the peers and the raw-SQL limit (rewrites BENCHMARKS.md)"
+	@echo "make bench-quick - ours and the raw-SQL loops only, 3 rounds, ~10 min (bench/out/BENCHMARKS-quick.md)"
+	@echo "make bench-startup - runqueue's start-up time and the package's import time, against a 0.67 s floor"
 	@echo "make bench-flow - the claim's cost with per-key limits, as a ratio to the plain claim"
 	@echo "make bench-request-reply - 1,000 request-reply calls from 8 processes: p95 round trip (MariaDB, PostgreSQL)"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
@@ -48,47 +55,120 @@ services:
 
 # -- tests ----------------------------------------------------------------------------------
 
-test: venv services lint check docs package test-databases test-django
+test: venv services test-passes
 
-# The three databases' suites run side by side (each on its own server or file); -O prints each
-# suite's output whole when it ends, so the log reads as if they had run one after another.
+# Everything `make test` runs, three at a time, longest first: the three databases' passes and
+# the Spark pass (each on its own server, database or file; tests/README.md says which tests each
+# runs), the smoke runs of the older Django series and Pythons, then lint, check, docs and
+# package, each as soon as a slot frees up. -O prints each job's output whole when it ends, so the
+# log reads as if they had run one after another; each pass ends with its wall time
+# (scripts/timed.sh), and the run with all of them. TEST_JOBS=1 runs them one after another.
+TEST_JOBS ?= 3
+TEST_TIMES ?= $(CURDIR)/test-times.log
+TIMED = TEST_TIMES=$(TEST_TIMES) bash scripts/timed.sh
+TEST_PASSES = test-sqlite test-postgresql test-mariadb test-spark $(TEST_DJANGO_SERIES:%=test-django-%) \
+              $(PYTHON_SERIES:%=test-python-%) lint check docs package
+test-passes: venv services
+	@rm -f $(TEST_TIMES)
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(TEST_PASSES); status=$$?; \
+	 echo "== wall time of each pass ($(TEST_JOBS) at a time):"; cat $(TEST_TIMES); exit $$status
+
+# The databases' passes alone, side by side.
 test-databases: venv services
-	$(MAKE) --no-print-directory -j3 -O test-mariadb test-postgresql test-sqlite
+	$(MAKE) --no-print-directory -j3 -O test-spark test-mariadb test-postgresql test-sqlite
 
 lint: venv
-	$(VENV)/bin/ruff check django_dbqueue tests example_project docs $(wildcard bench)
+	$(VENV)/bin/ruff check django_dbqueue tests example_project docs protocol $(wildcard bench)
 	DATABASE_URL=$(SQLITE_URL) $(VENV)/bin/mypy django_dbqueue
 
-check: venv
+check: venv services
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m django check --settings tests.settings --fail-level WARNING
 	DATABASE_URL=$(SQLITE_URL) $(PY) -m django makemigrations --check --dry-run --settings tests.settings
 	cd example_project && ../$(PY) manage.py makemigrations --check --dry-run
+	@# The benchmark's app too (a stale one broke `make bench`); it reads MariaDB's own `mysql`
+	@# schema for the migration history, and writes nothing.
+	BENCH_SYSTEM=dbqueue BENCH_DB_NAME=mysql $(PY) bench/manage.py makemigrations --check --dry-run dbqapp
 
 # The docs site, warnings as errors: a broken link, a page in no toctree or a bad docstring fails.
-docs: venv
-	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+# It needs only the docs extra (Sphinx, MyST, Furo) and the package's own dependencies (autodoc
+# imports the models), in a small virtualenv of its own: no root, no apt, no database server.
+DOCS_VENV ?= .venv-docs
+
+$(DOCS_VENV)/.installed: pyproject.toml
+	@bash scripts/make-venv.sh $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q -e '.[docs]'
+	@touch $@
+
+docs: $(DOCS_VENV)/.installed
+	$(DOCS_VENV)/bin/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+# docs/img/*.png, taken from the example shop in headless Chromium (scripts/screenshots.py): a
+# fresh SQLite shop with a drained queue, the admin at 1,400 px. Needs chromium and chromium-driver
+# (scripts/system-deps.sh) and the dev virtualenv (Selenium).
+screenshots: venv
+	$(PY) scripts/screenshots.py docs/img
 
 # The wheel and sdist as PyPI would see them, installed into a clean virtualenv (Python 3.12 when
 # this machine has it) that runs the example shop from the wheel, not from this tree.
 package: venv
 	bash scripts/check-wheel.sh $(PY)
 
+# The MariaDB pass leaves the Spark tests (MariaDB only, a third of its time in JVMs) to a pass of
+# its own, on a database of its own, so that the two run side by side.
 test-mariadb: venv services
-	DATABASE_URL=$(MARIADB_URL) $(PYTEST)
+	$(TIMED) $@ env DATABASE_URL=$(MARIADB_URL) $(PYTEST) --ignore=tests/surfaces/spark
+
+test-spark: venv services
+	$(TIMED) $@ env DATABASE_URL=$(MARIADB_URL)_spark $(PYTEST) tests/surfaces/spark
 
 test-postgresql: venv services
-	DATABASE_URL=$(POSTGRES_URL) $(PYTEST)
+	$(TIMED) $@ env DATABASE_URL=$(POSTGRES_URL) $(PYTEST)
 
 test-sqlite: venv
-	DATABASE_URL=$(SQLITE_URL) $(PYTEST)
+	$(TIMED) $@ env DATABASE_URL=$(SQLITE_URL) $(PYTEST)
 
 # The full suite above runs on the newest Django (what `.[dev]` installs into $(VENV)). Each older
 # supported series gets a smoke run on MariaDB, PostgreSQL and SQLite, in a virtualenv of its own that
 # pins the series: `make test-django-52`, `make test-django-60`; `make test-django` runs them all.
 DJANGO_SERIES ?= 52 60
+# `make test` runs the matrix's corners, not its whole product: the newest Django on the newest
+# Python (the full suite), Django 6.0 on it (below), and Django 5.2 LTS on the oldest Python, 3.10
+# (test-python-310, on all three databases): Django 5.2 on a newer Python adds nothing that
+# either of those does not run, and cost a fifth of the run's time.
+TEST_DJANGO_SERIES ?= 60
 DJANGO_PIN_52 := Django>=5.2,<5.3
 DJANGO_PIN_60 := Django>=6.0,<6.1
 SMOKE ?= -m "not slow and not processes and not spark and not browser" --ignore=tests/chaos
+
+# Python 3.10 and 3.11 (Django 5.2 LTS; Django 6.x needs 3.12, and pip picks 5.2 by itself
+# through Django's metadata): the smoke set in a virtualenv of each version with the package and
+# the test tools only (no Spark, no Selenium). `make test-python-310`. Python 3.10 is the LTS's
+# run on all three databases; 3.11 (many machines' python3) adds only what differs by Python
+# version, so SQLite is enough for it.
+PYTHON_SERIES ?= 310 311
+PY_SMOKE_DBS_310 ?= mariadb postgresql sqlite
+PY_SMOKE_DBS_311 ?= sqlite
+PY_SMOKE_DEPS := mysqlclient 'psycopg[binary]>=3.2' dj-database-url pytest pytest-django \
+                 'hypothesis>=6.100' prometheus-client opentelemetry-api opentelemetry-sdk
+
+test-python: venv services $(PYTHON_SERIES:%=.venv-py%/.installed)
+	$(MAKE) --no-print-directory -j2 -O $(PYTHON_SERIES:%=test-python-%)
+
+.venv-py%/.installed: pyproject.toml
+	@bash scripts/make-venv.sh .venv-py$* $(shell echo $* | sed 's/^3/3./')
+	.venv-py$*/bin/pip install -q -e . $(PY_SMOKE_DEPS)
+	@touch $@
+
+.PRECIOUS: .venv-py%/.installed
+
+test-python-%: venv services .venv-py%/.installed
+	@.venv-py$*/bin/python -c 'import sys, django; print("Python", sys.version.split()[0], "Django", django.get_version())'
+	$(if $(filter mariadb,$(PY_SMOKE_DBS_$*)),$(TIMED) "$@ (MariaDB)" \
+	  env DATABASE_URL=$(MARIADB_URL)py$* .venv-py$*/bin/python -m pytest -q $(SMOKE))
+	$(if $(filter postgresql,$(PY_SMOKE_DBS_$*)),$(TIMED) "$@ (PostgreSQL)" \
+	  env DATABASE_URL=$(POSTGRES_URL)py$* .venv-py$*/bin/python -m pytest -q $(SMOKE))
+	$(if $(filter sqlite,$(PY_SMOKE_DBS_$*)),$(TIMED) "$@ (SQLite)" \
+	  env DATABASE_URL=$(SQLITE_URL:.sqlite3=py$*.sqlite3) .venv-py$*/bin/python -m pytest -q $(SMOKE))
 
 # The series run side by side, each on databases of its own (dbqueue52, dbqueue60, ...).
 test-django: venv services $(DJANGO_SERIES:%=.venv-django%/.installed)
@@ -105,9 +185,10 @@ test-django: venv services $(DJANGO_SERIES:%=.venv-django%/.installed)
 
 test-django-%: venv services .venv-django%/.installed
 	@.venv-django$*/bin/python -c 'import django; print("Django", django.get_version())'
-	DATABASE_URL=$(MARIADB_URL)$* .venv-django$*/bin/python -m pytest -q $(SMOKE)
-	DATABASE_URL=$(POSTGRES_URL)$* .venv-django$*/bin/python -m pytest -q $(SMOKE)
-	DATABASE_URL=$(SQLITE_URL:.sqlite3=$*.sqlite3) .venv-django$*/bin/python -m pytest -q $(SMOKE)
+	$(TIMED) "$@ (MariaDB)" env DATABASE_URL=$(MARIADB_URL)$* .venv-django$*/bin/python -m pytest -q $(SMOKE)
+	$(TIMED) "$@ (PostgreSQL)" env DATABASE_URL=$(POSTGRES_URL)$* .venv-django$*/bin/python -m pytest -q $(SMOKE)
+	$(TIMED) "$@ (SQLite)" env DATABASE_URL=$(SQLITE_URL:.sqlite3=$*.sqlite3) \
+	  .venv-django$*/bin/python -m pytest -q $(SMOKE)
 
 # The long chaos run: it starts its own MariaDB server (never the shared one) in a private
 # temporary folder of its own, and prints the results table (RELIABILITY.md). The results JSON
@@ -145,6 +226,19 @@ soak-quick: venv services
 netns: venv
 	$(PY) -m tests.chaos.netns --full --json $(CHAOS_RESULTS)/netns-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
 
+# The protocol model (protocol/queue.pml, docs/explanation/protocol-model.md) at the deeper bounds
+# of protocol/check.py's DEEP list, and the three mutations; `make test` checks the small bounds
+# (tests/unit/test_protocol_model.py). system-deps installs Spin (apt) when it is missing.
+model-check: system-deps venv
+	$(PY) -m protocol.check --deep
+
+# The Hypothesis state machine of the real code (tests/contract/test_protocol_hypothesis.py) with
+# a longer budget than `make test`'s, on MariaDB and PostgreSQL.
+PROTOCOL_EXAMPLES ?= 400
+protocol-hypothesis: venv services
+	DBQUEUE_PROTOCOL_EXAMPLES=$(PROTOCOL_EXAMPLES) DATABASE_URL=$(MARIADB_URL)_protocol $(PYTEST) tests/contract/test_protocol_hypothesis.py
+	DBQUEUE_PROTOCOL_EXAMPLES=$(PROTOCOL_EXAMPLES) DATABASE_URL=$(POSTGRES_URL)_protocol $(PYTEST) tests/contract/test_protocol_hypothesis.py
+
 # -- benchmarks -----------------------------------------------------------------------------
 # The peers get their own virtualenv (they are not dependencies of django_dbqueue).
 
@@ -155,21 +249,47 @@ $(BENCH_VENV)/.installed: bench/requirements.txt
 	$(BENCH_VENV)/bin/pip install -q -r bench/requirements.txt
 	@touch $@
 
+# The full run (~40 min): every system and mode in 3 interleaved rounds, rewrites BENCHMARKS.md;
+# then the flow-control claims on both servers, whose ratios the report's floor lines take
+# (--report-only rewrites it with them), start-up and request-reply.
 bench: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py
-	$(PY) bench/flow_claim.py
+	DATABASE_URL=mysql://root@127.0.0.1:3306/bench_flow $(PY) bench/flow_claim.py --json bench/out/flow-mysql.json
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_flow $(PY) bench/flow_claim.py \
+	  --json bench/out/flow-postgresql.json
+	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --report-only
+	$(PY) bench/startup.py
 	$(MAKE) bench-request-reply
 
-bench-quick: venv services $(BENCH_VENV)/.installed
-	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --quick
+# django_dbqueue's lease, atomic and grouped modes against the raw-SQL loops only (no peers, so
+# no peers' virtualenv), MariaDB, 1 and 4 workers, fewer rows, 3 interleaved rounds (~10 min):
+# the same columns and floor lines in bench/out/BENCHMARKS-quick.md; BENCHMARKS.md is left alone.
+bench-quick: venv services
+	$(PY) bench/run.py --quick
 
 # Raw SQL only (no peers, no django_dbqueue): what atomic mode's contract costs (issue #3).
 bench-atomic-ceiling: venv services
 	$(PY) bench/atomic_ceiling.py
 
+# runqueue's start-up (launch to the first "consuming" line, median of 5 on an empty SQLite
+# queue) against the 0.67 s floor, and the package's import time (issue #31; also run by `make bench`).
+bench-startup: venv
+	$(PY) bench/startup.py
+
 # The claim with per-key limits beside the plain claim (issue #22; also run by `make bench`).
 bench-flow: venv services
 	$(PY) bench/flow_claim.py
+
+# Fair share and aging (issue #37): the claim's cost at 100,000 due rows beside the plain claim,
+# the EXPLAIN of the fair ranking, and the full-size fairness run (100,000 rows of one tenant, 20
+# quiet tenants, 4 runqueue workers) and the aging run (a 30 s bound under a saturating stream of
+# priority-10 rows: the histogram of 100 priority-0 rows' waits), on MariaDB and PostgreSQL.
+# Not in `make test`.
+bench-fairness: venv services
+	for url in mysql://root@127.0.0.1:3306/bench_fair postgres://postgres@127.0.0.1:5432/bench_fair; do \
+		DATABASE_URL=$$url $(PY) bench/fair_claim.py || exit 1; \
+		DATABASE_URL=$$url $(PY) bench/fair_claim.py --processes || exit 1; \
+		DATABASE_URL=$$url $(PY) bench/fair_claim.py --aging 30 || exit 1; done
 
 # Request-reply round trips, 1,000 calls from 8 client processes (issue #23; also run by `make bench`).
 bench-request-reply: venv services
@@ -189,7 +309,7 @@ bench-scale: venv services
 
 # -- example --------------------------------------------------------------------------------
 
-# The example needs only a Python >= 3.12 and SQLite: a small virtualenv of its own with the
+# The example needs only a Python >= 3.10 (the machine's own python3 will do) and SQLite: a small virtualenv of its own with the
 # package (editable, from this tree), Django, rangefilter and dj-database-url. No database servers,
 # no apt, no root. Each run starts from a fresh SQLite file; with EXAMPLE_DB it adds to that database.
 EXAMPLE_VENV ?= .venv-example
@@ -207,7 +327,7 @@ example: $(EXAMPLE_VENV)/.installed
 	DATABASE_URL=$(EXAMPLE_DB) ../$(EXAMPLE_VENV)/bin/python manage.py shopdemo --orders 3000
 
 clean:
-	rm -rf $(VENV) .venv-django* $(EXAMPLE_VENV) dist build docs/_build .pytest_cache .ruff_cache tests/*.sqlite3 example_project/*.sqlite3
+	rm -rf $(VENV) .venv-django* .venv-py3* $(DOCS_VENV) $(EXAMPLE_VENV) dist build docs/_build .pytest_cache .ruff_cache tests/*.sqlite3 example_project/*.sqlite3 test-times.log
 
 # -- Spark pipeline benchmarks --------------------------------------------------------------
 # bench-spark (bench/spark_cluster_bench.py): the same spark-submit job on a standalone cluster (a
@@ -229,9 +349,9 @@ bench-spark: venv services
 bench-spark-paths: venv services
 	DATABASE_URL=$(SPARK_BENCH_URL) $(PY) bench/spark_bench.py --rows $(SPARK_PATHS_ROWS)
 
-# The pipeline on a standalone cluster (tests/test_spark_cluster.py, ~2 minutes; also in test-mariadb).
+# The pipeline on a standalone cluster (tests/surfaces/spark/test_spark_cluster.py, ~2 minutes; also in test-mariadb).
 test-spark-cluster: venv services
-	DATABASE_URL=$(MARIADB_URL) $(PYTEST) tests/test_spark_cluster.py
+	DATABASE_URL=$(MARIADB_URL) $(PYTEST) tests/surfaces/spark/test_spark_cluster.py
 
 # -- The attempt history at 10 million rows (issue #25): purge by partition drop against batched
 # DELETE, and a live table's conversion (bench/history_partitions.py).

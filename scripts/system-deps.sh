@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # System packages: headers for mysqlclient, database servers if missing, Java + the MariaDB JDBC
-# driver for the Spark pipeline, Chromium for the admin browser test. Idempotent and quiet.
+# driver for the Spark pipeline, Chromium for the admin browser test, Spin for the protocol model
+# (protocol/queue.pml). Idempotent and quiet.
 set -euo pipefail
-want=(libmariadb-dev pkg-config gcc mariadb-server postgresql default-jre-headless libmariadb-java chromium chromium-driver)
+want=(libmariadb-dev pkg-config gcc mariadb-server postgresql default-jre-headless libmariadb-java chromium chromium-driver faketime spin)
 missing=()
 for pkg in "${want[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -8,6 +8,8 @@ from pathlib import Path
 import dj_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A local demo over plain http://: `manage.py check --deploy` leaves exactly the warnings named
+# in docs/howto/deploying.md ("Security"); a deployment sets what they ask for.
 SECRET_KEY = os.environ.get("SECRET_KEY", "example-only-not-secret")
 DEBUG = True
 ALLOWED_HOSTS = ["*"]
@@ -41,6 +43,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # The queue's admin has one-click buttons (Pause, Cancel, Take, Retry): a page of another
+    # site must not frame it and trick a signed-in operator into clicking them (X-Frame-Options: DENY).
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 ROOT_URLCONF = "example_project.urls"
 TEMPLATES = [
