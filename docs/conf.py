@@ -45,6 +45,12 @@ myst_heading_anchors = 3
 # Pygments cannot lex the "…" of abridged SQL samples: it falls back to plain text, which is fine.
 suppress_warnings = ["misc.highlighting_failure"]
 autodoc_member_order = "bysource"
+try:
+    import django.tasks  # Django >= 6.0
+except ImportError:
+    # Django 5.2 (what pip installs on Python 3.10/3.11, e.g. a stock Debian 12's python3): the
+    # django.tasks backend's reference is still built from its docstrings.
+    autodoc_mock_imports = ["django.tasks", "django.utils.json"]
 autodoc_typehints = "description"
 
 html_theme = "furo"
