@@ -35,6 +35,7 @@ from .executor import execute
 from .idle import IdleTransactionGuard
 from .lease import HardTimeoutHook, LeaseKeeper
 from .outage import Outages
+from .pacing import IdlePacing
 from .shutdown import install_signals
 from .sizing import ClaimSizer, atomic_group, default_batch_size
 from .stats import WorkerStats
@@ -98,6 +99,7 @@ class Worker:
         self.ticker = Ticker(self.worker_id, database, enabled=schedules)
         self._next_rescue = 0.0
         self._sizer = ClaimSizer()
+        self._pacing = IdlePacing(self.poll_interval, self._listening)
         #: Inside a caller's transaction (a TestCase): see the module's docstring.
         self.in_transaction = False
         #: What running a claim's rows and riding out an outage take from this worker (their
@@ -168,7 +170,6 @@ class Worker:
         return self.stats
 
     def _loop(self) -> None:
-        idle_sleep = self._min_sleep()
         busy = dict.fromkeys(self.models, True)  # a busy model is claimed without a probe first
         db_failures = 0
         while not self.stopping:
@@ -201,16 +202,14 @@ class Worker:
             if self._quota_left() == 0 or self.fatal is not None:
                 break
             if did_work:
-                idle_sleep = self._min_sleep()
+                self._pacing.worked()
                 continue
             if self.burst and not held:
                 break
-            if self._wake.wait(idle_sleep):
+            if self._wake.wait(self._pacing.next_wait()):
                 self._wake.clear()
-                idle_sleep = self._min_sleep()
+                self._pacing.woken()
                 busy = dict.fromkeys(self.models, True)
-                continue
-            idle_sleep = min(idle_sleep * 2, self._idle_ceiling())
 
     def _run_claim(self, model: type[QueueMixin], rows: list[QueueMixin]) -> None:
         claim = rows[0].queue_claim()
@@ -244,20 +243,14 @@ class Worker:
 
     # -- pacing ------------------------------------------------------------------------------
 
-    def _idle_ceiling(self) -> float:
-        # With LISTEN, notifications wake us; polling only catches what sends none: a slower
-        # safety net costs the database less.
-        listening = self._listener is not None and self._listener.listening.is_set()
-        return max(self.poll_interval, 1.0) if listening else self.poll_interval
+    def _listening(self) -> bool:
+        return self._listener is not None and self._listener.listening.is_set()
 
     def _start_listener(self, databases: list[str]) -> None:
         if self.burst or len(databases) != 1 or not Listener.supported(databases[0]):
             return
         self._listener = Listener(databases[0], [m._meta.db_table for m in self.models], self._wake)
         self._listener.start()
-
-    def _min_sleep(self) -> float:
-        return max(self.poll_interval / 8, 0.005)
 
     def _quota_left(self) -> int | None:
         if self.max_jobs is None:
