@@ -36,16 +36,24 @@ def states(model) -> dict[str, int]:
     return {row["queue_state"]: row["n"] for row in rows}
 
 
+def drain_size() -> int:
+    """20,000 rows on the servers, where the four processes claim side by side; SQLite serialises
+    its writers, so they take turns, and 5,000 rows prove the same (each row once, every process
+    in play) in a quarter of the time."""
+    return 5_000 if connection.vendor == "sqlite" else 20_000
+
+
 def test_four_processes_drain_20000_rows_each_exactly_once(start_worker) -> None:
-    Job.objects.bulk_create([Job(name=str(i)) for i in range(20_000)], batch_size=5000)
+    rows = drain_size()
+    Job.objects.bulk_create([Job(name=str(i)) for i in range(rows)], batch_size=5000)
     worker = start_worker("testapp.Job", "--concurrency", "4", "--batch-size", "50", "--burst")
     assert worker.wait(timeout=300) == 0, worker.output
-    assert states(Job) == {"succeeded": 20_000}
+    assert states(Job) == {"succeeded": rows}
     ran = runs_per_row(Job)
-    assert len(ran) == 20_000 and set(ran.values()) == {1}
+    assert len(ran) == rows and set(ran.values()) == {1}
     # All four processes took part (pids recorded by the handlers).
     assert Ledger.objects.values("pid").distinct().count() == 4
-    assert "20000 succeeded" in worker.output
+    assert f"{rows} succeeded" in worker.output
 
 
 @pytest.mark.parametrize("model", [Job, AtomicJob], ids=["lease", "atomic"])

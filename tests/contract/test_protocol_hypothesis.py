@@ -404,7 +404,9 @@ def worker_connections() -> Any:
 # Slow: the full pass of every database runs it; the smoke runs of the older Pythons and
 # Djangos do not.
 @pytest.mark.slow
-def test_the_protocol_holds_under_random_interleavings(worker_connections: Any, retries_due_at_once: None) -> None:
+def test_the_protocol_holds_under_random_interleavings(
+    worker_connections: Any, retries_due_at_once: None
+) -> None:
     run_state_machine_as_test(
         Protocol,
         settings=settings(

@@ -2,7 +2,8 @@
 down for the regular suite (the full-size run is ``make bench-fairness``): four workers, one
 busy tenant with 2,000 rows and 20 quiet tenants with 10 rows each: every quiet tenant's first
 row is claimed within the first two claim cycles; under a saturating priority-10 backlog, no
-priority-0 row waits longer than the aging bound plus a poll interval and a batch."""
+aged priority-0 row is passed over by a priority-10 claim (whatever the machine's speed), and
+none waits past the bound by more than a loaded machine's claim cycle."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ pytestmark = [
     every_database("the fair ranking is a window function each database runs in its own SQL"),
 ]
 WORKERS, BATCH = 4, 4
+#: See test_aging_bounds_the_wait_of_the_lowest_priority.
+SLACK = timedelta(seconds=0.25)
+#: Seconds a loaded machine (three test passes on two cores) may add to a claim cycle.
+LOADED = 10.0
 
 
 def test_every_quiet_tenant_starts_within_two_claim_cycles(start_worker) -> None:
@@ -71,7 +76,28 @@ def test_aging_bounds_the_wait_of_the_lowest_priority(start_worker) -> None:
     assert not low.exclude(queue_state=QueueState.SUCCEEDED).exists()
     assert AgedJob.objects.filter(customer="high", queue_state=QueueState.READY).exists()  # still saturated
 
-    bound = timedelta(seconds=AgedJob.queue_aging + settings.POLL_INTERVAL + 1.0)  # + one batch, slack
-    waits = [claimed - due for due, claimed in low.values_list("queue_run_at", "queue_last_attempt_at")]
-    assert max(waits) <= bound, f"longest wait {max(waits)}"
-    assert min(waits) >= timedelta(seconds=AgedJob.queue_aging) * 0.9  # they did wait for the bound
+    aging = timedelta(seconds=AgedJob.queue_aging)
+    low_rows = list(low.values_list("queue_run_at", "queue_last_attempt_at"))
+    waits = [claimed - due for due, claimed in low_rows]
+    assert min(waits) >= aging * 0.9  # they did wait for the bound
+    # The promise, independent of the machine's speed: once a row has waited the bound, it is
+    # taken before any row that came due after it (aged rows go oldest first, so an older high
+    # row that aged too may go first). A claim stamps its rows with its own database instant,
+    # the one it compared the waits with. SLACK covers a low row another worker's claim held
+    # locked (SKIP LOCKED passed it by) at that instant, to be stamped a moment later.
+    high_rows = set(
+        AgedJob.objects.filter(customer="high")
+        .exclude(queue_last_attempt_at=None)
+        .values_list("queue_run_at", "queue_last_attempt_at")
+    )
+    passed_over = [
+        (due, claimed, taken)
+        for due, claimed in low_rows
+        for high_due, taken in high_rows
+        if due + aging + SLACK <= taken < claimed and high_due > due
+    ]
+    assert not passed_over, f"younger rows claimed before an aged one: {len(passed_over)}, {passed_over[:3]}"
+    # And the wall-clock bound the docs give (bound + a poll interval + a batch), with room for a
+    # loaded machine, where one claim cycle of SQLite's single writer can take seconds.
+    longest = max(waits)
+    assert longest <= aging + timedelta(seconds=settings.POLL_INTERVAL + LOADED), f"longest wait {longest}"

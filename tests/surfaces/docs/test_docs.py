@@ -248,6 +248,7 @@ def test_the_docs_install_from_a_clone_a_wheel_and_a_git_url() -> None:
 
 
 @pytest.mark.processes  # builds the wheel: not in the smoke runs
+@pytest.mark.install
 def test_the_wheel_the_docs_name_is_the_one_built(clone: Path) -> None:
     from django_dbqueue import __version__
 
@@ -257,6 +258,7 @@ def test_the_wheel_the_docs_name_is_the_one_built(clone: Path) -> None:
 
 
 @pytest.mark.processes
+@pytest.mark.install
 @pytest.mark.skipif(
     not os.environ.get("DATABASE_URL", "sqlite").startswith("sqlite"),
     reason="installs into a throwaway virtualenv, no database: one run (the SQLite one) is enough",
