@@ -90,6 +90,17 @@ def _snapshot(model: type[Any], pk: Any) -> tuple[Any, ...]:
     )
 
 
+def _decided(row: Any, end: str) -> Outcome:
+    """The outcome a worker decides for ``row``: ``end`` as the rules draw it."""
+    if end == "succeeded":
+        return Outcome.succeeded(row)
+    if end == "failed":
+        return Outcome.failed(row, ValueError("planned"))
+    if end == "given back":
+        return Outcome.given_back(row)
+    return Outcome.cancelled(row, "cancelled while running")
+
+
 class Protocol(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -199,14 +210,7 @@ class Protocol(RuleBasedStateMachine):
         pk = data.draw(st.sampled_from(sorted(held.live)))
         if held.model is AtomicJob and end == "succeeded":
             end = "given back"  # atomic mode succeeds only with its effect: atomic_run
-        row = self._instance(held, pk)
-        decided = {
-            "succeeded": lambda: Outcome.succeeded(row),
-            "failed": lambda: Outcome.failed(row, ValueError("planned")),
-            "given back": lambda: Outcome.given_back(row),
-            "cancelled": lambda: Outcome.cancelled(row, "cancelled while running"),
-        }[end]()
-        self._record(held, pk, decided)
+        self._record(held, pk, _decided(self._instance(held, pk), end))
 
     def _stale(self) -> list[tuple[Held, Any]]:
         return [(held, pk) for held in self.claims for pk in sorted(held.live) if not self._current(held, pk)]
@@ -221,14 +225,7 @@ class Protocol(RuleBasedStateMachine):
             assert pk not in renew(held.model, [pk], held.claim), "a lost claim was renewed"
             self._forget(held, pk)
             return
-        row = self._instance(held, pk)
-        decided = {
-            "succeeded": lambda: Outcome.succeeded(row),
-            "failed": lambda: Outcome.failed(row, ValueError("planned")),
-            "given back": lambda: Outcome.given_back(row),
-            "cancelled": lambda: Outcome.cancelled(row, "cancelled while running"),
-        }[end]()
-        self._record(held, pk, decided)
+        self._record(held, pk, _decided(self._instance(held, pk), end))
 
     @precondition(lambda self: any(held.model is AtomicJob for held in self.claims))
     @rule(data=st.data(), succeeds=st.booleans())
