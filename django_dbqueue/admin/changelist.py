@@ -84,7 +84,20 @@ def ranged_date_column(changelist: ChangeList) -> str | None:
     return None
 
 
-class QueueChangeList(ChangeList):
+class RangeOrderedChangeList(ChangeList):
+    """A changelist whose date-range filter on an indexed column orders it by that column,
+    newest first (the module's docstring says why); the package's read-only lists (the attempt
+    history) use it as it is, the queue's changelist below adds to it."""
+
+    def get_ordering(self, request: Any, queryset: models.QuerySet) -> list[Any]:
+        ordering = super().get_ordering(request, queryset)
+        if self.params.get(ORDER_VAR):  # a column header chose the order
+            return ordering
+        column = ranged_date_column(self)
+        return [f"-{column}", "-pk"] if column else ordering
+
+
+class QueueChangeList(RangeOrderedChangeList):
     def get_filters_params(self, params: dict[str, Any] | None = None) -> dict[str, Any]:
         # A page link's cursor is not a filter (Django would look for a field of that name).
         lookup_params = super().get_filters_params(params)
@@ -102,13 +115,6 @@ class QueueChangeList(ChangeList):
         if isinstance(paginator, EstimatedCountPaginator) and isinstance(target, int):
             new_params[KEY_VAR] = paginator.link_cursor(target)
         return super().get_query_string(new_params, remove)
-
-    def get_ordering(self, request: Any, queryset: models.QuerySet) -> list[Any]:
-        ordering = super().get_ordering(request, queryset)
-        if self.params.get(ORDER_VAR):  # a column header chose the order
-            return ordering
-        column = ranged_date_column(self)
-        return [f"-{column}", "-pk"] if column else ordering
 
     def apply_select_related(self, qs: models.QuerySet) -> models.QuerySet:
         related = related_to_fetch(self)

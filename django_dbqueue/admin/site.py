@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..messaging.handlers import NAME
 from ..models import ArchivedMessage, Message, QueueAttempt, TaskRecord, WorkerProcess
+from .changelist import RangeOrderedChangeList
 from .display import error_summary, traceback_html, when
 from .filters import WholeDayRangeFilter
 from .mixin import QueueAdminMixin
@@ -22,6 +23,12 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     show_facets = admin.ShowFacets.NEVER
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[RangeOrderedChangeList]:
+        # A finished-at range is listed by the finished_at index: by the primary key MariaDB
+        # walked back from the newest attempt to the range (1.3 s for three days a week back at
+        # 10,000,000 attempts; 21 ms in the index's order).
+        return RangeOrderedChangeList
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
