@@ -208,9 +208,12 @@ def test_spark_submit_without_the_jdbc_jar_is_refused(tmp_path):
     assert AccountSync.objects.count() == 0 and _staging_tables() == []
 
 
+@pytest.mark.spark_cluster_extra
 def test_queuereport_command_with_a_spark_master(cluster, attempt_history, tmp_path):
     # The management command in client mode: spark_session() hands the jar and UTC options to the
-    # cluster itself; no spark-submit.
+    # cluster itself; no spark-submit. A second application on the cluster (100 s of JVMs on two
+    # cores for what the test above already shows of executors): `make test-spark-cluster` runs
+    # it; `make test` leaves it out, as it leaves out chaos runs and soaks.
     t = db_now() - timedelta(minutes=30)
     attempt_history(
         attempt("sparkapp.AccountSync", n, 1, enqueued=t, due=t, claimed=t, finished=t + timedelta(seconds=1))
