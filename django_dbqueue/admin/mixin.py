@@ -53,6 +53,7 @@ from .rows import RowAdminMixin
 from .stats import queue_stats
 from .timeline import SPANS
 from .unique import UniqueKeyAdminMixin
+from .workflow import attach_progress, is_workflow, progress_cell
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -127,7 +128,11 @@ class QueueAdminMixin(
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         own = list(super().get_list_display(request))
-        return [*own, *(c for c in self.dbqueue_list_display if c not in own)]
+        ours = list(self.dbqueue_list_display)
+        if is_workflow(self.model) and "dbqueue_state" in ours:
+            # A workflow's progress (wf.progress()) beside its state, as of the page's load.
+            ours.insert(ours.index("dbqueue_state") + 1, "dbqueue_progress")
+        return [*own, *(c for c in ours if c not in own)]
 
     def get_list_filter(self, request: HttpRequest) -> list[Any]:
         own = [QueueStateFilter if f == "queue_state" else f for f in super().get_list_filter(request)]
@@ -151,6 +156,10 @@ class QueueAdminMixin(
     @admin.display(description=_("queue state"), ordering="queue_state")
     def dbqueue_state(self, obj: Any) -> str:
         return describe_queue_state(obj)
+
+    @admin.display(description=_("progress"))
+    def dbqueue_progress(self, obj: Any) -> str:
+        return progress_cell(obj)
 
     @admin.display(description=_("last error"))
     def dbqueue_error(self, obj: Any) -> str:
@@ -181,6 +190,9 @@ class QueueAdminMixin(
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
         setattr(request, CHANGELIST_ATTRIBUTE, changelist)  # for response_action() and the take view
+        if "dbqueue_progress" in changelist.list_display:
+            rows = list(changelist.result_list)
+            attach_progress(rows, rows[0]._state.db if rows else router.db_for_read(self.model))
         return changelist
 
     def dbqueue_filter_errors(self, request: HttpRequest) -> list[str]:

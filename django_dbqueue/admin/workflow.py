@@ -33,6 +33,40 @@ def workflow_counts(model: type[models.Model], using: str, limit: int) -> dict[s
     return {"sleeping": asleep[: limit + 1].count(), "waiting": waiting[: limit + 1].count()}
 
 
+#: The attribute of a changelist row that holds its progress, read for the page in one query.
+PROGRESS_ATTRIBUTE = "_dbqueue_progress"
+
+
+def attach_progress(rows: list[Any], using: str) -> None:
+    """Each row's ``WorkflowProgress`` (or None) on the row, for the changelist's progress
+    column: one SELECT for the page's rows, not one per row."""
+    if not rows:
+        return
+    label = rows[0]._meta.label
+    found = {
+        p.object_pk: p
+        for p in WorkflowProgress.objects.using(using).filter(
+            model=label, object_pk__in=[str(row.pk) for row in rows]
+        )
+    }
+    for row in rows:
+        setattr(row, PROGRESS_ATTRIBUTE, found.get(str(row.pk)))
+
+
+def progress_cell(obj: Any) -> str:
+    """A row's progress as the changelist shows it: a bar, the percentage and the message."""
+    progress = getattr(obj, PROGRESS_ATTRIBUTE, None)
+    if progress is None:
+        return "-"
+    share = max(0, min(100, round(progress.fraction * 100)))
+    return format_html(
+        '<progress max="100" value="{}"></progress> {}%<br><span class="help">{}</span>',
+        share,
+        share,
+        progress.message,
+    )
+
+
 def _result(step: WorkflowStep) -> str:
     if step.kind == WorkflowStep.SLEEP:
         return f"until {when(step.wake_at)}"

@@ -46,6 +46,32 @@ def test_the_change_page_shows_the_timeline_progress_and_fork_button(
     assert 'id="dbqueue-row-fork"' in page
 
 
+def test_the_changelist_shows_each_rows_progress_in_one_query(
+    admin_client: Client, finished: AtomicWorkflow
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fresh = AtomicWorkflow.objects.create(steps=2)  # no run yet: no progress
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(reverse("admin:testapp_atomicworkflow_changelist"))
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "column-dbqueue_progress" in page
+    assert '<progress max="100" value="100"></progress> 100%' in page and "step 3 of 3" in page
+    cells = re.findall(r'<td class="field-dbqueue_progress">(.*?)</td>', page, re.S)
+    # The list is newest first: the fresh row (no run, no progress), then the finished one.
+    assert len(cells) == 2 and cells[0] == "-" and "step 3 of 3" in cells[1], (fresh.pk, cells)
+    progress_reads = [q["sql"] for q in queries.captured_queries if "workflowprogress" in q["sql"]]
+    assert len(progress_reads) == 1, progress_reads
+
+
+def test_a_model_that_is_not_a_workflow_has_no_progress_column(admin_client: Client) -> None:
+    Ticket.objects.create(subject="s", customer=1)
+    page = admin_client.get(reverse("admin:testapp_ticket_changelist")).content.decode()
+    assert "column-dbqueue_progress" not in page
+
+
 def test_fork_asks_for_the_step_then_forks_from_it(admin_client: Client, finished: AtomicWorkflow) -> None:
     form = admin_client.post(fork_url(finished.pk))
     assert form.status_code == 200 and "2. step-2" in form.content.decode()
