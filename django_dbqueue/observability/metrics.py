@@ -20,7 +20,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, router
@@ -79,9 +81,21 @@ class _Metrics:
             LABELS,
             buckets=LATENCY_BUCKETS,
         )
-        self._children: dict[tuple[str, tuple[str, str]], Any] = {}
+        # A durable workflow's steps (wf.step()), by model, queue and step name: names come from
+        # the handler's code, so the label's values are few.
+        step_labels = (*LABELS, "step")
+        self.step_duration = Histogram(
+            "dbqueue_workflow_step_duration_seconds",
+            "Run time of a workflow step (wf.step()).",
+            step_labels,
+            buckets=DURATION_BUCKETS,
+        )
+        self.steps = Counter(
+            "dbqueue_workflow_steps", "Workflow steps run, by outcome.", (*step_labels, "outcome")
+        )
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
 
-    def of(self, name: str, key: tuple[str, str]) -> Any:
+    def of(self, name: str, key: tuple[str, ...]) -> Any:
         """The child of metric ``name`` for the labels ``key``. prometheus_client's
         ``labels()`` checks the labels and takes a lock on every call; the receivers run for
         every job and ask for the same few children, so each is asked for once (it always
@@ -149,6 +163,33 @@ def observe_run(row: QueueMixin, seconds: float) -> None:
     """The worker's report of one ``process()`` call."""
     if _connected:
         metrics().of("duration", labels(row)).observe(seconds)
+
+
+@contextmanager
+def step_metrics(row: QueueMixin, step: str) -> Iterator[None]:
+    """Time the step ``step`` of ``row``'s workflow run inside the block; an exception out of
+    it counts the step failed, and goes on up."""
+    if not _connected:
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    except BaseException:
+        observe_step(row, step, time.perf_counter() - started, failed=True)
+        raise
+    observe_step(row, step, time.perf_counter() - started, failed=False)
+
+
+def observe_step(row: QueueMixin, step: str, seconds: float, failed: bool) -> None:
+    """A workflow's report of one step it ran (``wf.step()``): its run time and whether it
+    raised. A step whose checkpoint was then rolled back (atomic mode, a failed commit) was
+    still run, and counts."""
+    if _connected:
+        m = metrics()
+        key = (*labels(row), step)
+        m.of("step_duration", key).observe(seconds)
+        m.of("steps", (*key, "failed" if failed else "succeeded")).inc()
 
 
 _connected = False

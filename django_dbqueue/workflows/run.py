@@ -26,6 +26,7 @@ from django.utils import timezone
 from ..compat import UTC
 from ..exceptions import Park, WaitTimeout
 from ..observability import traces
+from ..observability.metrics import step_metrics
 from ..queue.lease import as_timedelta
 from ..tables.workflow import WorkflowStep
 from . import checkpoints, events
@@ -67,7 +68,7 @@ class Workflow:
             # One new step per transaction: this one is the next run's (due now).
             raise Park(reason=f"next step: {name}")
         started = self.claim.now()
-        with traces.step_span(self.row, name):
+        with traces.step_span(self.row, name), step_metrics(self.row, name):
             result = checkpoints.as_stored(fn(*args, **kwargs), name)
         with checkpoints.writing(self.row, self.using):
             self._write(name, WorkflowStep.STEP, started, result=result, finished_at=self.claim.now())

@@ -171,3 +171,35 @@ def test_rescued_and_rejected_late_outcomes_are_counted() -> None:
     assert sample("dbqueue_jobs_rejected_late_total") == rejected + 1
     second.mark_succeeded()
     assert Job.objects.get().queue_state == QueueState.SUCCEEDED
+
+
+def test_workflow_steps_are_timed_and_counted_by_name_and_outcome() -> None:
+    from prometheus_client import REGISTRY
+
+    from tests.testapp.models import LeaseWorkflow
+
+    label = LeaseWorkflow._meta.label
+
+    def step(name: str, what: str, **more: str) -> float:
+        labels = {"model": label, "queue": "", "step": name, **more}
+        return REGISTRY.get_sample_value(f"dbqueue_workflow_step{what}", labels) or 0.0
+
+    before = {
+        (name, outcome): step(name, "s_total", outcome=outcome)
+        for name in ("step-1", "step-2")
+        for outcome in ("succeeded", "failed")
+    }
+    timed = step("step-2", "_duration_seconds_count")
+    row = LeaseWorkflow.objects.create(steps=2, fail_step=2)  # step 2 raises on the first attempt
+    Worker(models=[LeaseWorkflow], burst=True, handle_signals=False).run()
+    # The retry, due now rather than after its 50 ms backoff (no wall time in the test).
+    LeaseWorkflow.objects.filter(pk=row.pk).update(
+        queue_run_at=LeaseWorkflow.objects.get(pk=row.pk).queue_enqueued_at
+    )
+    Worker(models=[LeaseWorkflow], burst=True, handle_signals=False).run()  # the retry
+    assert LeaseWorkflow.objects.get(pk=row.pk).queue_state == QueueState.SUCCEEDED
+    # Step 1 ran once (its checkpoint kept it from the retry); step 2 failed, then succeeded.
+    assert step("step-1", "s_total", outcome="succeeded") == before[("step-1", "succeeded")] + 1
+    assert step("step-2", "s_total", outcome="failed") == before[("step-2", "failed")] + 1
+    assert step("step-2", "s_total", outcome="succeeded") == before[("step-2", "succeeded")] + 1
+    assert step("step-2", "_duration_seconds_count") == timed + 2
