@@ -9,7 +9,7 @@ SQLITE_URL ?= sqlite:///$(CURDIR)/tests/dbqueue.sqlite3
 PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
-.PHONY: help venv system-deps services test test-passes test-databases test-mariadb test-mariadb-contract test-mariadb-wings test-postgresql test-postgresql-contract test-postgresql-wings test-admin test-sqlite test-sqlite-contract test-sqlite-wings test-spark test-install test-django \
+.PHONY: help venv system-deps services test test-passes test-databases test-mariadb test-postgresql test-admin test-sqlite test-spark test-install test-django \
         lint check docs screenshots package example test-python model-check protocol-hypothesis bench bench-quick bench-startup bench-scale bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
 
 help:
@@ -124,36 +124,39 @@ package: venv
 CONTRACT_TESTS := tests/backends tests/contract
 NOT_CONTRACT := $(CONTRACT_TESTS:%=--ignore=%)
 
-# The MariaDB pass leaves the Spark tests (MariaDB only, a third of its time in JVMs) to a pass of
-# its own, on a database of its own, so that the two run side by side.
+# Each pass's database: the rest's is the database's own URL, the contract's one beside it.
+URL_mariadb := $(MARIADB_URL)
+URL_postgresql := $(POSTGRES_URL)
+URL_sqlite := $(SQLITE_URL)
+CONTRACT_URL_mariadb := $(MARIADB_URL)_contract
+CONTRACT_URL_postgresql := $(POSTGRES_URL)_contract
+CONTRACT_URL_sqlite := $(SQLITE_URL:.sqlite3=_contract.sqlite3)
+# What the rest of each pass leaves to a pass of its own, beside it:
+# * MariaDB: the Spark tests (MariaDB only, a third of its time in JVMs): `make test-spark`;
+# * PostgreSQL: the admin's tests (its pages, the permission matrix, the browsers; PostgreSQL's
+#   in tests/README.md): `make test-admin`;
+# * SQLite: the docs' pip lines (each `pip install` of the README and docs, run as written into a
+#   throwaway virtualenv: minutes of building wheels, no database): `make test-install`.
+WINGS_ARGS_mariadb := --ignore=tests/surfaces/spark
+WINGS_ARGS_postgresql := --ignore=tests/surfaces/admin
+WINGS_ARGS_sqlite := -m "not install"
+
 test-mariadb: test-mariadb-contract test-mariadb-wings
-test-mariadb-contract: venv services
-	$(TIMED) $@ env DATABASE_URL=$(MARIADB_URL)_contract $(PYTEST) $(CONTRACT_TESTS)
-test-mariadb-wings: venv services
-	$(TIMED) $@ env DATABASE_URL=$(MARIADB_URL) $(PYTEST) $(NOT_CONTRACT) --ignore=tests/surfaces/spark
+test-postgresql: test-postgresql-contract test-postgresql-wings
+test-sqlite: test-sqlite-contract test-sqlite-wings
+
+# (Pattern rules, so not in .PHONY: make looks for no implicit rule of a phony target.)
+test-%-contract: venv services
+	$(TIMED) $@ env DATABASE_URL=$(CONTRACT_URL_$*) $(PYTEST) $(CONTRACT_TESTS)
+
+test-%-wings: venv services
+	$(TIMED) $@ env DATABASE_URL=$(URL_$*) $(PYTEST) $(NOT_CONTRACT) $(WINGS_ARGS_$*)
 
 test-spark: venv services
 	$(TIMED) $@ env DATABASE_URL=$(MARIADB_URL)_spark $(PYTEST) -m "not spark_cluster_extra" tests/surfaces/spark
 
-# The PostgreSQL pass leaves the admin's tests (its pages, the permission matrix, the browsers:
-# PostgreSQL's, tests/README.md) to a pass of its own, on a database of its own, beside it.
-test-postgresql: test-postgresql-contract test-postgresql-wings
-test-postgresql-contract: venv services
-	$(TIMED) $@ env DATABASE_URL=$(POSTGRES_URL)_contract $(PYTEST) $(CONTRACT_TESTS)
-test-postgresql-wings: venv services
-	$(TIMED) $@ env DATABASE_URL=$(POSTGRES_URL) $(PYTEST) $(NOT_CONTRACT) --ignore=tests/surfaces/admin
-
 test-admin: venv services
 	$(TIMED) $@ env DATABASE_URL=$(POSTGRES_URL)_admin $(PYTEST) tests/surfaces/admin
-
-# The SQLite pass leaves the docs' pip lines (each `pip install` of the README and docs, run as
-# written into a throwaway virtualenv: five minutes of building wheels, no database) to a job of
-# its own, so that they run beside the passes instead of after the SQLite pass's own tests.
-test-sqlite: test-sqlite-contract test-sqlite-wings
-test-sqlite-contract: venv
-	$(TIMED) $@ env DATABASE_URL=$(SQLITE_URL:.sqlite3=_contract.sqlite3) $(PYTEST) $(CONTRACT_TESTS)
-test-sqlite-wings: venv
-	$(TIMED) $@ env DATABASE_URL=$(SQLITE_URL) $(PYTEST) $(NOT_CONTRACT) -m "not install"
 
 test-install: venv
 	$(TIMED) $@ env DATABASE_URL=$(SQLITE_URL:.sqlite3=install.sqlite3) $(PYTEST) -m install tests/surfaces/docs
