@@ -118,6 +118,7 @@ def queue_stats(model: Any, using: str | None = None, exact_limit: int | None = 
     stats["workers"] = [(who, held.pop(who, 0)) for who in alive]
     stats["workers"] += [(who, n) for who, n in held.items() if not who.startswith("user:")]
     stats["workflows"] = workflow_counts(model, using, exact_limit) if is_workflow(model) else None
+    stats["workflows_limit"] = exact_limit  # a count above it reads "more than" (it stopped there)
     return stats
 
 

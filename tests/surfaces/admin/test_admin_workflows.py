@@ -112,12 +112,21 @@ def test_no_fork_on_a_model_that_is_not_a_workflow(admin_client: Client) -> None
     )
 
 
-def test_the_dashboard_counts_rows_asleep_and_rows_waiting(admin_client: Client) -> None:
+def test_the_dashboard_counts_rows_asleep_and_rows_waiting(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_dbqueue.admin import stats
+
     AtomicWorkflow.objects.create(steps=2, nap=600)
     AtomicWorkflow.objects.bulk_create([AtomicWorkflow(steps=2, event="paid") for _ in range(2)])
     Worker(models=[AtomicWorkflow], burst=True, handle_signals=False).run()
     page = admin_client.get(reverse("admin:testapp_atomicworkflow_dbqueue_dashboard")).content.decode()
     assert re.search(r'id="dbqueue-workflows-sleeping">\s*1\s*<', page)
     assert re.search(r'id="dbqueue-workflows-waiting">\s*2\s*<', page)
+    # A count stops at the limit and says so, rather than showing the limit plus one.
+    monkeypatch.setattr(stats, "EXACT_LIMIT", 1)
+    page = admin_client.get(reverse("admin:testapp_atomicworkflow_dbqueue_dashboard")).content.decode()
+    assert re.search(r'id="dbqueue-workflows-sleeping">\s*1\s*<', page)
+    assert re.search(r'id="dbqueue-workflows-waiting">\s*&gt; 1\s*<', page)
     ticket_page = admin_client.get(reverse("admin:testapp_ticket_dbqueue_dashboard")).content.decode()
     assert "dbqueue-workflows-sleeping" not in ticket_page  # not a workflow model
