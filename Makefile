@@ -61,14 +61,15 @@ test: venv services test-passes
 
 # Everything `make test` runs, three at a time, longest first: the three databases' passes and
 # the Spark pass (each on its own server, database or file; tests/README.md says which tests each
-# runs), the smoke runs of the older Django series and Pythons, then lint, check, docs and
+# runs; Spark's JVMs start third, beside the process-heavy tests of two passes rather than of
+# three), the smoke runs of the older Django series and Pythons, then lint, check, docs and
 # package, each as soon as a slot frees up. -O prints each job's output whole when it ends, so the
 # log reads as if they had run one after another; each pass ends with its wall time
 # (scripts/timed.sh), and the run with all of them. TEST_JOBS=1 runs them one after another.
 TEST_JOBS ?= 3
 TEST_TIMES ?= $(CURDIR)/test-times.log
 TIMED = TEST_TIMES=$(TEST_TIMES) bash scripts/timed.sh
-TEST_PASSES = test-sqlite-wings test-mariadb-wings test-spark test-postgresql-contract test-sqlite-contract \
+TEST_PASSES = test-sqlite-wings test-mariadb-wings test-postgresql-contract test-spark test-sqlite-contract \
               test-mariadb-contract test-postgresql-wings test-install test-admin \
               $(TEST_DJANGO_SERIES:%=test-django-%) $(PYTHON_SERIES:%=test-python-%) lint check docs package
 test-passes: venv services
