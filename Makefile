@@ -61,8 +61,8 @@ test: venv services test-passes
 
 # Everything `make test` runs, three at a time, longest first: the three databases' passes and
 # the Spark pass (each on its own server, database or file; tests/README.md says which tests each
-# runs; Spark's JVMs start third, beside the process-heavy tests of two passes rather than of
-# three), the smoke runs of the older Django series and Pythons, then lint, check, docs and
+# runs; Spark's JVMs start in the fourth job, when a slot frees, so that the process-heavy tests
+# of the first minutes share the cores with two passes, not with two passes and the JVMs), the smoke runs of the older Django series and Pythons, then lint, check, docs and
 # package, each as soon as a slot frees up. -O prints each job's output whole when it ends, so the
 # log reads as if they had run one after another; each pass ends with its wall time
 # (scripts/timed.sh), and the run with all of them. TEST_JOBS=1 runs them one after another.

@@ -35,6 +35,7 @@ from .status import oldest_wait
 
 if TYPE_CHECKING:
     from ..queue.mixin import QueueMixin
+    from ..queue.row import QueueRow
 
 logger = logging.getLogger("django_dbqueue.metrics")
 
@@ -116,7 +117,7 @@ def metrics() -> _Metrics:
     return _metrics
 
 
-def labels(row: QueueMixin) -> tuple[str, str]:
+def labels(row: QueueRow) -> tuple[str, str]:
     # Only Message and TaskRecord (and models like them) have a queue column; a deferred one
     # is not loaded for a label.
     queue = row.__dict__.get("queue", "")
@@ -166,7 +167,7 @@ def observe_run(row: QueueMixin, seconds: float) -> None:
 
 
 @contextmanager
-def step_metrics(row: QueueMixin, step: str) -> Iterator[None]:
+def step_metrics(row: QueueRow, step: str) -> Iterator[None]:
     """Time the step ``step`` of ``row``'s workflow run inside the block; an exception out of
     it counts the step failed, and goes on up."""
     if not _connected:
@@ -181,7 +182,7 @@ def step_metrics(row: QueueMixin, step: str) -> Iterator[None]:
     observe_step(row, step, time.perf_counter() - started, failed=False)
 
 
-def observe_step(row: QueueMixin, step: str, seconds: float, failed: bool) -> None:
+def observe_step(row: QueueRow, step: str, seconds: float, failed: bool) -> None:
     """A workflow's report of one step it ran (``wf.step()``): its run time and whether it
     raised. A step whose checkpoint was then rolled back (atomic mode, a failed commit) was
     still run, and counts."""
