@@ -191,8 +191,7 @@ class QueueAdminMixin(
         changelist = super().get_changelist_instance(request)
         setattr(request, CHANGELIST_ATTRIBUTE, changelist)  # for response_action() and the take view
         if "dbqueue_progress" in changelist.list_display:
-            rows = list(changelist.result_list)
-            attach_progress(rows, rows[0]._state.db if rows else router.db_for_read(self.model))
+            attach_progress(list(changelist.result_list))
         return changelist
 
     def dbqueue_filter_errors(self, request: HttpRequest) -> list[str]:

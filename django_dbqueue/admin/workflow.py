@@ -37,20 +37,20 @@ def workflow_counts(model: type[models.Model], using: str, limit: int) -> dict[s
 PROGRESS_ATTRIBUTE = "_dbqueue_progress"
 
 
-def attach_progress(rows: list[Any], using: str) -> None:
+def attach_progress(rows: list[Any]) -> None:
     """Each row's ``WorkflowProgress`` (or None) on the row, for the changelist's progress
-    column: one SELECT for the page's rows, not one per row."""
+    column: one SELECT for the page's rows (one model, one database), not one per row."""
     if not rows:
         return
-    label = rows[0]._meta.label
+    keys = [key_of(row) for row in rows]
     found = {
         p.object_pk: p
-        for p in WorkflowProgress.objects.using(using).filter(
-            model=label, object_pk__in=[str(row.pk) for row in rows]
+        for p in WorkflowProgress.objects.using(rows[0]._state.db).filter(
+            model=keys[0]["model"], object_pk__in=[key["object_pk"] for key in keys]
         )
     }
-    for row in rows:
-        setattr(row, PROGRESS_ATTRIBUTE, found.get(str(row.pk)))
+    for row, key in zip(rows, keys, strict=True):
+        setattr(row, PROGRESS_ATTRIBUTE, found.get(key["object_pk"]))
 
 
 def progress_cell(obj: Any) -> str:
