@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, cast
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
-from django.db import models, transaction
+from django.db import models, router, transaction
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
@@ -147,6 +148,24 @@ class ActionsAdminMixin(QueueAdminBase):
             using = queryset._db  # type: ignore[attr-defined]
             queryset = QueueQuerySet(model=queryset.model, query=queryset.query.chain(), using=using)
         return queryset.select_related(None).prefetch_related(None).order_by()
+
+    def dbqueue_filtered_rows(self, request: HttpRequest) -> tuple[QueueQuerySetMixin, list[str]]:
+        """The rows the changelist shows for the request's query string (its filters and
+        search), as a queue QuerySet on the database the model is written to, and the errors
+        of filters that could not be applied: with any, the rows are not the ones the person
+        sees, and a caller acts on none of them.
+
+        A search across a many-valued relation makes Django's queryset ``DISTINCT``, which an
+        UPDATE cannot carry: the rows are then named by a subquery of their primary keys."""
+        try:
+            changelist = self.get_changelist_instance(request)
+        except IncorrectLookupParameters:
+            return self.dbqueue_write_queryset().none(), [str(_("The filters in the address are not valid."))]
+        errors = self.dbqueue_filter_errors(request)
+        rows = self.dbqueue_queryset(changelist.get_queryset(request)).using(router.db_for_write(self.model))
+        if rows.query.distinct:
+            rows = self.dbqueue_write_queryset().filter(pk__in=rows.values("pk"))
+        return rows, errors
 
     def _dbqueue_check(self, request: HttpRequest, permission: str = "dbqueue") -> None:
         if not getattr(self, f"has_{permission}_permission")(request):

@@ -11,6 +11,12 @@ a transaction that is rolled back when it changed another number (rows failed or
 meanwhile): nothing is replayed and the page shows the new count. A replayed row is the same
 row: its attempt history (``QueueAttempt`` rows of its primary key) stays, and its next
 attempts follow it there. Viewing needs the view permission, replaying the change permission.
+
+The page takes the changelist's query string (its link on the changelist carries it): the
+groups, their counts and a replay are then those of the FAILED rows among the rows the
+changelist shows — a day's failures, one customer's, a priority range — and the replay's one
+UPDATE holds the filters' conditions too. A filter that cannot be applied shows its error and
+replays nothing.
 """
 
 from __future__ import annotations
@@ -22,12 +28,12 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models, router, transaction
 from django.db.models import Count, Max
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils.translation import gettext_lazy as _
 
 from ..backends import backend_for
@@ -62,15 +68,24 @@ class DeadLetterAdminMixin(QueueAdminBase):
     #: SQLite only (no regular expressions): the failed rows read to group them in Python.
     dbqueue_dead_letter_scan: int = 10_000
     dbqueue_dead_letter_template = "admin/django_dbqueue/dead_letters.html"
-    #: The field holding what a failed row was enqueued with (a message's ``payload``): the
-    #: console then offers to replay one row with it edited, checked by
-    #: :meth:`dbqueue_check_replay` as its enqueuing call checks it. None: no such form.
+    #: What a failed row was enqueued with (a message's ``payload``, a task's ``arguments``):
+    #: the console then offers to replay one row with it edited as JSON, checked by
+    #: :meth:`dbqueue_replay_changes` as its enqueuing call checks it. None: no such form.
     dbqueue_replay_field: str | None = None
 
     def dbqueue_check_replay(self, row: Any, value: Any) -> None:
         """Raise ``ValueError``/``TypeError`` if ``value`` may not replace the row's
         ``dbqueue_replay_field`` (an admin that declares the field says how)."""
         raise ValueError("this model declares no check of an edited replay")
+
+    def dbqueue_replay_changes(self, row: Any, value: Any) -> dict[str, Any]:
+        """The columns an edited replay writes, from the JSON ``value`` the person gave:
+        by default ``dbqueue_replay_field`` itself, after :meth:`dbqueue_check_replay`. An
+        admin whose enqueued call spans several columns (a task's ``args`` and ``kwargs``)
+        overrides this to check and split the value; ``ValueError``/``TypeError`` refuses it."""
+        assert self.dbqueue_replay_field is not None
+        self.dbqueue_check_replay(row, value)
+        return {self.dbqueue_replay_field: value}
 
     def has_dbqueue_replay_permission(self, request: HttpRequest) -> bool:
         """Replaying changes rows: the model's change permission."""
@@ -84,12 +99,21 @@ class DeadLetterAdminMixin(QueueAdminBase):
             )
         ]
 
-    def dbqueue_failed(self) -> models.QuerySet:
-        """The FAILED rows, on the database the model is written to (a replay writes)."""
-        return self.dbqueue_write_queryset().filter(queue_state=QueueState.FAILED)
+    def dbqueue_failed(self, request: HttpRequest | None = None) -> tuple[models.QuerySet, list[str]]:
+        """The FAILED rows, on the database the model is written to (a replay writes), and
+        the errors of the changelist filters in the request's query string: with filters,
+        the FAILED rows among those the changelist shows (:meth:`dbqueue_filtered_rows`),
+        none when a filter could not be applied."""
+        rows: models.QuerySet = self.dbqueue_write_queryset()
+        errors: list[str] = []
+        if request is not None and request.GET:
+            rows, errors = self.dbqueue_filtered_rows(request)
+            if errors:
+                rows = rows.none()
+        return rows.filter(queue_state=QueueState.FAILED), errors
 
-    def dbqueue_error_groups(self) -> list[ErrorGroup]:
-        failed = self.dbqueue_failed()
+    def dbqueue_error_groups(self, failed: models.QuerySet) -> list[ErrorGroup]:
+        """The error groups of ``failed`` (:meth:`dbqueue_failed`), the largest first."""
         expression = backend_for(failed.db).error_group("queue_last_error")
         if expression is None:
             return self._groups_in_python(failed)
@@ -118,10 +142,9 @@ class DeadLetterAdminMixin(QueueAdminBase):
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
         return [ErrorGroup(g, n, last.get(g)) for g, n in ranked[: self.dbqueue_dead_letter_groups]]
 
-    def dbqueue_group_rows(self, group: str) -> models.QuerySet:
-        """The FAILED rows of one error group: a condition of the UPDATE itself (in SQL), or
-        their primary keys where the database cannot mask (SQLite)."""
-        failed = self.dbqueue_failed()
+    def dbqueue_group_rows(self, failed: models.QuerySet, group: str) -> models.QuerySet:
+        """The rows of ``failed`` in one error group: a condition of the UPDATE itself (in
+        SQL), or their primary keys where the database cannot mask (SQLite)."""
         expression = backend_for(failed.db).error_group("queue_last_error")
         if expression is not None:
             return failed.alias(dbqueue_group=expression).filter(dbqueue_group=group)
@@ -138,8 +161,10 @@ class DeadLetterAdminMixin(QueueAdminBase):
                 self.dbqueue_replay_edited(request, EditedReplayForm(request.POST))
             else:
                 self.dbqueue_replay(request, ReplayForm(request.POST))
-            return HttpResponseRedirect(request.path)
-        groups = self.dbqueue_error_groups()
+            return HttpResponseRedirect(request.get_full_path())
+        failed, filter_errors = self.dbqueue_failed(request)
+        groups = self.dbqueue_error_groups(failed)
+        query = request.GET.urlencode()
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -148,6 +173,10 @@ class DeadLetterAdminMixin(QueueAdminBase):
             "can_replay": self.has_dbqueue_replay_permission(request),
             "replay_field": self.dbqueue_replay_field,
             "database": router.db_for_write(self.model),
+            "filtered": bool(query),
+            "all_url": request.path,
+            "filter_errors": filter_errors,
+            "changelist_url": self._dbqueue_changelist_url() + (f"?{query}" if query else ""),
         }
         return TemplateResponse(request, self.dbqueue_dead_letter_template, context)
 
@@ -158,8 +187,12 @@ class DeadLetterAdminMixin(QueueAdminBase):
                 request, _("Nothing was replayed: say which group and how many rows."), messages.ERROR
             )
             return 0
+        failed, errors = self.dbqueue_failed(request)
+        if errors:
+            self.message_user(request, " ".join([*errors, str(_("Nothing was replayed."))]), messages.ERROR)
+            return 0
         group, confirmed = form.cleaned_data["group"], form.cleaned_data["count"]
-        rows = self.dbqueue_group_rows(group)
+        rows = self.dbqueue_group_rows(failed, group)
         with transaction.atomic(using=rows.db):
             replayed = rows.retry_now()  # type: ignore[attr-defined]
             if replayed != confirmed:
@@ -177,28 +210,33 @@ class DeadLetterAdminMixin(QueueAdminBase):
         )
         return replayed
 
+    def _dbqueue_changelist_url(self) -> str:
+        return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_changelist")
+
     def dbqueue_replay_edited(self, request: HttpRequest, form: EditedReplayForm) -> bool:
         """Replay one FAILED row with its enqueued value edited: the value checked as the
         enqueuing call checks it, then written and the row made due, in one transaction."""
         field = self.dbqueue_replay_field
-        assert field is not None
+        failed = self.dbqueue_failed()[0]
         row = None
         if form.is_valid():
-            row = self.dbqueue_failed().filter(pk=form.cleaned_data["pk"]).first()
+            try:
+                row = failed.filter(pk=form.cleaned_data["pk"]).first()
+            except (ValueError, ValidationError):  # not a primary key of this model
+                row = None
         if row is None:
             self.message_user(
                 request, _("Nothing was replayed: name a failed row and valid JSON."), messages.ERROR
             )
             return False
-        value = form.cleaned_data["value"]
         try:
-            self.dbqueue_check_replay(row, value)
+            changes = self.dbqueue_replay_changes(row, form.cleaned_data["value"])
         except (TypeError, ValueError) as exc:
             self.message_user(request, _("Nothing was replayed: %s") % exc, messages.ERROR)
             return False
-        rows = self.dbqueue_failed().filter(pk=row.pk)
+        rows = failed.filter(pk=row.pk)
         with transaction.atomic(using=rows.db):
-            done = rows.update(**{field: value}) and rows.retry_now()  # type: ignore[attr-defined]
+            done = rows.update(**changes) and rows.retry_now()  # type: ignore[attr-defined]
         if not done:
             self.message_user(
                 request, _("Nothing was replayed: the row is no longer failed."), messages.WARNING

@@ -242,16 +242,17 @@ class QueueAdminMixin(
         return response
 
     def dbqueue_changelist_context(self, request: HttpRequest) -> dict[str, Any]:
+        query = request.GET.urlencode()
         context: dict[str, Any] = {
             "dashboard_url": self._dbqueue_url("dashboard"),
-            "dead_letters_url": self._dbqueue_url("dead_letters"),
+            # The dead letters among the rows the changelist shows: its filters go along.
+            "dead_letters_url": self._dbqueue_url("dead_letters") + (f"?{query}" if query else ""),
             "can_take": self.has_dbqueue_permission(request),
             "take_max": self.dbqueue_take_max,
             "take_default": self.dbqueue_take_default,
             **self.dbqueue_pause_context(request),
         }
         if context["can_take"]:
-            query = request.GET.urlencode()
             context["take_url"] = self._dbqueue_url("take") + (f"?{query}" if query else "")
             context["mine_url"] = self._dbqueue_url("mine")
             mine = self.dbqueue_my_count(request)

@@ -154,14 +154,10 @@ class PeopleAdminMixin(QueueAdminBase):
             return HttpResponseRedirect(self._dbqueue_url("mine"))
         n = min(form.cleaned_data["n"], self.dbqueue_take_max)
         # The changelist's filters (in the query string) narrow what is taken.
-        changelist = self.get_changelist_instance(request)
-        errors = self.dbqueue_filter_errors(request)
+        qs, errors = self.dbqueue_filtered_rows(request)
         if errors:
             self.message_user(request, " ".join([*errors, str(_("Nothing was taken."))]), messages.ERROR)
             return HttpResponseRedirect(self._dbqueue_url("mine"))
-        qs = self.dbqueue_queryset(changelist.get_queryset(request)).using(router.db_for_write(self.model))
-        if qs.query.distinct:
-            qs = self.dbqueue_write_queryset().filter(pk__in=qs.values("pk"))
         rows = take(qs, n, self.dbqueue_worker_id(request), self.dbqueue_take_lease)
         if rows:
             self.message_user(

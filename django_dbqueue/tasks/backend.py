@@ -117,10 +117,7 @@ class DatabaseBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
-        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
-        # Text no database stores as given (NUL, a lone surrogate) is the caller's ValueError
-        # here, not a DataError from the INSERT (the payload checks of Message.publish).
-        check_texts([args, kwargs], f"the arguments of task {task.module_path}")
+        args, kwargs = stored_arguments(task.module_path, args, kwargs)
         record = TaskRecord(
             id=new_result_id(),
             task_path=task.module_path,
@@ -147,6 +144,17 @@ class DatabaseBackend(BaseTaskBackend):
         except (TaskRecord.DoesNotExist, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
         return to_task_result(record)
+
+
+def stored_arguments(task_path: str, args: Any, kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """``args`` and ``kwargs`` as a record stores them, or the caller's ``TypeError`` /
+    ``ValueError``: what ``enqueue()`` checks, and what the dead-letter console checks an
+    edited replay's arguments with."""
+    args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+    # Text no database stores as given (NUL, a lone surrogate) is the caller's ValueError
+    # here, not a DataError from the INSERT (the payload checks of Message.publish).
+    check_texts([args, kwargs], f"the arguments of task {task_path}")
+    return args, kwargs
 
 
 def task_of(record: TaskRecord) -> Task:

@@ -14,7 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_dbqueue.models import Message, QueueAttempt
+from django_dbqueue.models import Message, QueueAttempt, TaskRecord
 from django_dbqueue.states import QueueState
 from tests.testapp.models import Job
 
@@ -104,6 +104,60 @@ def test_a_forged_replay_without_change_permission_changes_nothing(failed) -> No
         response = client.post(reverse(URL), {"group": "OSError: disk <n>", "count": PER_GROUP})
         assert response.status_code == 403
     assert Job.objects.filter(queue_state=QueueState.FAILED).count() == PER_GROUP * len(GROUPS)
+
+
+def test_the_page_and_its_replay_keep_to_the_changelists_filters(failed) -> None:
+    """Linked from a filtered changelist, the page groups only the failed rows the filters
+    select, and a replay changes only those, in one UPDATE; an invalid filter replays nothing."""
+    Job.objects.filter(name__regex=r"-[0-9]*[02468]$").update(queue_priority=5)  # half of each group
+    query = "queue_priority__range__gte=5"
+    editor = staff("editor", "view_job", "change_job")
+    changelist = editor.get(reverse("admin:testapp_job_changelist") + f"?{query}")
+    assert f"{reverse(URL)}?{query}".encode() in changelist.content
+    page = editor.get(f"{reverse(URL)}?{query}")
+    assert {g.count for g, _, _ in page.context["groups"]} == {PER_GROUP // 2}
+    assert page.context["filtered"] and b"dbqueue-dead-letters-filtered" in page.content
+    with CaptureQueriesContext(connection) as queries:
+        editor.post(f"{reverse(URL)}?{query}", {"group": "KeyError: 'sku-<n>'", "count": PER_GROUP // 2})
+    assert len([q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]) == 1
+    ready = Job.objects.filter(queue_state=QueueState.READY)
+    assert ready.count() == PER_GROUP // 2
+    assert set(ready.values_list("queue_priority", flat=True)) == {5}
+    assert {n.split("-")[0] for n in ready.values_list("name", flat=True)} == {"1"}
+    # The whole group unfiltered now holds the other half only: the filter was the UPDATE's.
+    assert Job.objects.filter(queue_state=QueueState.FAILED, name__startswith="1-").count() == PER_GROUP // 2
+    bad = f"{reverse(URL)}?queue_priority__range__gte=many"
+    assert editor.get(bad).context["filter_errors"]
+    editor.post(bad, {"group": "OSError: disk <n>", "count": PER_GROUP})
+    assert not Job.objects.filter(queue_state=QueueState.READY, name__startswith="3-").exists()
+
+
+def test_a_task_is_replayed_with_edited_arguments_checked_as_enqueue_checks_them() -> None:
+    record = TaskRecord.objects.create(
+        task_path="tests.testapp.tasks.add", args=[1, 2], kwargs={}, queue_state=QueueState.FAILED,
+        queue_last_error="TypeError: x",
+    )  # fmt: skip
+    url = reverse("admin:django_dbqueue_taskrecord_dbqueue_dead_letters")
+    editor = staff("editor", "view_taskrecord", "change_taskrecord", app_label="django_dbqueue")
+    assert b"Replay one row with its arguments edited" in editor.get(url).content
+    for client, value in (
+        (staff("viewer", "view_taskrecord", app_label="django_dbqueue"), '{"args": [3, 4]}'),
+        (editor, '{"args": {"a": 1}}'),  # not a list
+        (editor, '{"args": [1], "task_path": "os.system"}'),  # only the arguments are edited
+        (editor, '{"args": ["nul \\u0000 byte"]}'),  # text no database stores
+        (editor, "[3, 4]"),
+    ):
+        client.post(url, {"pk": record.pk, "value": value})
+        record.refresh_from_db()
+        assert (record.queue_state, record.args, record.task_path) == (
+            QueueState.FAILED, [1, 2], "tests.testapp.tasks.add",
+        )  # fmt: skip
+    editor.post(url, {"pk": "no such row", "value": '{"args": [3, 4]}'})
+    editor.post(url, {"pk": record.pk, "value": '{"args": [3, 4], "kwargs": {"scale": 2}}'})
+    record.refresh_from_db()
+    assert (record.queue_state, record.args, record.kwargs, record.queue_attempts) == (
+        QueueState.READY, [3, 4], {"scale": 2}, 0,
+    )  # fmt: skip
 
 
 def test_a_message_is_replayed_with_an_edited_payload_checked_as_publish_checks_it() -> None:
