@@ -27,7 +27,8 @@ GROUPS = [
     "OSError: disk {}",
     "X: y{}",
 ]
-PER_GROUP = 200  # the issue's 10,000 rows scaled down for the suite (5 groups of 2,000 there)
+PER_GROUP = 200  # rows per group for most tests; the replay's proof has the issue's 10,000 rows
+FULL_SIZE = 2_000  # x 5 groups: the issue's 10,000 failed rows
 
 
 def staff(name: str, *codenames: str, app_label: str = "testapp") -> Client:
@@ -42,7 +43,10 @@ def staff(name: str, *codenames: str, app_label: str = "testapp") -> Client:
 
 
 @pytest.fixture
-def failed() -> None:
+def failed(request: pytest.FixtureRequest) -> int:
+    """FAILED jobs in the five groups, ``PER_GROUP`` each (or the test's parameter); returns
+    the number per group."""
+    per_group = getattr(request, "param", PER_GROUP)
     rows = [
         Job(
             name=f"{g}-{n}",
@@ -51,7 +55,7 @@ def failed() -> None:
             queue_last_error=f"Traceback\n{text.format(n)}\n",
         )
         for g, text in enumerate(GROUPS)
-        for n in range(PER_GROUP)
+        for n in range(per_group)
     ]
     Job.objects.bulk_create(rows, batch_size=1000)
     attempts = [
@@ -63,9 +67,10 @@ def failed() -> None:
             error="x",
             finished_at=job.queue_enqueued_at,
         )
-        for job in Job.objects.all()[:50]
+        for job in Job.objects.order_by("pk")[per_group : per_group + 50]  # group 1's first rows
     ]
     QueueAttempt.objects.bulk_create(attempts)
+    return per_group
 
 
 def test_groups_are_listed_by_masked_error(failed) -> None:
@@ -78,19 +83,22 @@ def test_groups_are_listed_by_masked_error(failed) -> None:
     assert not page.context["can_replay"] and b"Replay these" not in page.content
 
 
-def test_one_group_is_replayed_in_one_statement_with_its_history(failed) -> None:
+@pytest.mark.parametrize("failed", [FULL_SIZE], indirect=True)
+def test_one_group_is_replayed_in_one_statement_with_its_history(failed: int) -> None:
     history = QueueAttempt.objects.count()
     client = staff("editor", "view_job", "change_job")
     with CaptureQueriesContext(connection) as queries:
-        client.post(reverse(URL), {"group": "KeyError: 'sku-<n>'", "count": PER_GROUP})
+        client.post(reverse(URL), {"group": "KeyError: 'sku-<n>'", "count": failed})
     updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
     assert len(updates) == 1
     ready = Job.objects.filter(queue_state=QueueState.READY)
-    assert ready.count() == PER_GROUP and all(
+    assert ready.count() == failed and all(
         n.startswith("1-") for n in ready.values_list("name", flat=True)
     )
     assert set(ready.values_list("queue_attempts", flat=True)) == {0}
-    assert QueueAttempt.objects.count() == history  # the replayed rows keep their attempts
+    assert QueueAttempt.objects.count() == history == 50
+    kept = QueueAttempt.objects.values_list("object_id", flat=True)
+    assert {str(pk) for pk in ready.values_list("pk", flat=True)} >= set(kept)  # their attempts stay theirs
 
 
 def test_a_stale_count_replays_nothing(failed) -> None:
