@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from django.db import connections
-from django.db.models.signals import post_delete, post_save, pre_save
+from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 from django.dispatch import receiver
 
 from .backends import backend_for
@@ -83,14 +83,13 @@ def connect_observability() -> None:
 
 def connect_workflow_cleanup() -> None:
     """Delete a workflow row's checkpoints, events and progress with the row, for every model
-    whose handler is a ``@workflow`` (workflows/purge.py). Only those: a receiver makes Django
-    load the rows a ``queryset.delete()`` deletes and call it once per row (three DELETEs by
-    index each) instead of one DELETE, so ``Message`` and ``TaskRecord``, which ``purgequeue``
-    deletes in bulk (and cleans up in its batches), keep their fast delete."""
+    whose handler is a ``@workflow`` (workflows/purge.py). Only those: with a delete receiver,
+    Django reads the rows a ``queryset.delete()`` deletes and signals each instead of sending
+    one DELETE, so ``Message`` and ``TaskRecord``, which ``purgequeue`` deletes in bulk (and
+    cleans up in its batches), keep their fast delete."""
+    receivers = workflow_purge.receivers
     for model in queue_models():
         if getattr(getattr(model, "process", None), "workflow", False):
-            post_delete.connect(
-                workflow_purge.on_row_deleted,
-                sender=model,
-                dispatch_uid=f"dbqueue-workflow-cleanup-{model._meta.label}",
-            )
+            uid = f"dbqueue-workflow-cleanup-{model._meta.label}"
+            pre_delete.connect(receivers.before, sender=model, dispatch_uid=uid)
+            post_delete.connect(receivers.after, sender=model, dispatch_uid=uid)

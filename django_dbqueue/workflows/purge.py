@@ -8,9 +8,10 @@ the old row's checkpoints as its own. Three ways remove them:
 
 * ``purgequeue`` deletes them with the rows it purges, in the same transaction and batch
   (:func:`delete_for`: one DELETE per table, an IN list no longer than the batch);
-* a ``post_delete`` receiver on each model whose handler is a ``@workflow`` deletes them with
-  a row deleted through the ORM (the admin, ``queryset.delete()``), in the delete's transaction
-  (``signal_handlers.connect_workflow_cleanup``);
+* receivers of ``pre_delete`` and ``post_delete`` on each model whose handler is a
+  ``@workflow`` delete them with rows deleted through the ORM (the admin, ``row.delete()``,
+  ``queryset.delete()``), in the delete's transaction, a batch at a time
+  (:class:`DeleteReceivers`; ``signal_handlers.connect_workflow_cleanup``);
 * ``purgequeue --workflow-orphans`` sweeps those left by deletes no receiver saw (raw SQL, a
   message handler's workflow deleted in the admin, rows deleted before this existed):
   :func:`sweep_orphans`, in batches by the tables' own primary keys.
@@ -18,6 +19,7 @@ the old row's checkpoints as its own. Three ways remove them:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -53,10 +55,70 @@ def delete_for(model: type[Model], pks: Iterable[Any], using: str) -> int:
     return deleted
 
 
-def on_row_deleted(sender: type[QueueRow], instance: QueueRow, using: str, **kwargs: Any) -> None:
-    """``post_delete`` of a workflow model: its row's workflow rows go in the same transaction
-    (Django's delete runs the receivers inside it), so a new row with this pk starts afresh."""
-    delete_for(sender, [instance.pk], using)
+#: Rows per DELETE of the receivers (an IN list, bounded like purgequeue's batches).
+CHUNK = 1000
+
+
+@dataclass
+class _Deleting:
+    """The rows of one model that one delete (``origin``: the queryset or instance deleted) is
+    deleting, seen by ``pre_delete``; ``left``: their ``post_delete`` not come yet."""
+
+    origin: Any  # kept alive, so no other delete's origin gets its id meanwhile
+    pks: list[Any] = field(default_factory=list)
+    left: int = 0
+
+
+class DeleteReceivers:
+    """A deleted workflow row's checkpoints, events and progress go in the delete's own
+    transaction, so a new row under its pk starts afresh.
+
+    Django's delete sends ``pre_delete`` for every row, deletes them, then sends ``post_delete``
+    for every row, all inside one transaction (``Collector.delete``). A receiver per row would
+    cost three DELETEs per row; these note the rows at ``pre_delete`` and, at the first
+    ``post_delete`` of that delete, remove the workflow rows of those of them that are gone
+    (one SELECT and three DELETEs per ``CHUNK`` rows). The check that they are gone keeps the
+    workflow rows of a delete that failed before it reached the rows (its notes are stale)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def _pending(self) -> dict[tuple[int, type[Model], str], _Deleting]:
+        pending = getattr(self._local, "pending", None)
+        if pending is None:
+            pending = self._local.pending = {}
+        return pending
+
+    def before(self, sender: type[QueueRow], instance: QueueRow, using: str, **kwargs: Any) -> None:
+        """``pre_delete``: note the row."""
+        origin = kwargs.get("origin")
+        entry = self._pending().setdefault((id(origin), sender, using), _Deleting(origin))
+        entry.pks.append(instance.pk)
+        entry.left += 1
+
+    def after(self, sender: type[QueueRow], instance: QueueRow, using: str, **kwargs: Any) -> None:
+        """``post_delete``: the first of a delete removes the workflow rows of all its rows."""
+        key = (id(kwargs.get("origin")), sender, using)
+        entry = self._pending().get(key)
+        if entry is None:  # no pre_delete seen (connected in between): this row alone
+            delete_for(sender, [instance.pk], using)
+            return
+        if entry.pks:
+            for start in range(0, len(entry.pks), CHUNK):
+                _delete_gone(sender, entry.pks[start : start + CHUNK], using)
+            entry.pks = []
+        entry.left -= 1
+        if entry.left <= 0:
+            del self._pending()[key]
+
+
+def _delete_gone(model: type[Model], pks: list[Any], using: str) -> None:
+    still = set(model._base_manager.using(using).filter(pk__in=pks).values_list("pk", flat=True))
+    delete_for(model, [pk for pk in pks if pk not in still], using)
+
+
+#: The receivers ``signal_handlers.connect_workflow_cleanup`` connects.
+receivers = DeleteReceivers()
 
 
 @dataclass

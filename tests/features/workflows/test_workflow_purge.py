@@ -9,7 +9,9 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.db.models import Count
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_dbqueue.models import Message, WorkflowEvent, WorkflowProgress, WorkflowStep
@@ -98,6 +100,25 @@ def test_a_deleted_workflow_row_takes_its_rows_along_and_its_pk_starts_afresh(mo
     drain(model)
     ran = StepLedger.objects.filter(job_id=pk).values("step").annotate(n=Count("id"))
     assert {item["step"]: item["n"] for item in ran} == {1: 1, 2: 1}
+
+
+def test_a_queryset_delete_takes_the_workflow_rows_of_its_rows_in_one_batch() -> None:
+    """Not three DELETEs per row: the receivers note the rows at pre_delete and delete the
+    workflow rows of all of them at the first post_delete, so 2 rows and 30 rows cost the
+    same statements."""
+    label = AtomicWorkflow._meta.label
+    counts = []
+    for n in (2, 30):
+        rows = [AtomicWorkflow.objects.create(steps=1) for _ in range(n + 1)]
+        for row in rows:
+            give_workflow_rows(label, row.pk)
+        with CaptureQueriesContext(connection) as done:
+            AtomicWorkflow.objects.filter(pk__in=[row.pk for row in rows[:n]]).delete()
+        counts.append(len(done.captured_queries))
+        assert all(workflow_rows(label, row.pk) == NONE for row in rows[:n])
+        assert workflow_rows(label, rows[n].pk) == ALL
+        AtomicWorkflow.objects.all().delete()
+    assert counts[0] == counts[1]
 
 
 def test_workflow_orphans_are_swept_in_batches_and_live_rows_kept(capsys) -> None:
