@@ -126,6 +126,18 @@ def cpu_ms(runs: Runs, drained: tuple[str, str], workers: int = 1) -> float | No
     return None if us is None else us / 1000
 
 
+def cpu_ratio(runs: Runs, top: tuple[str, str], bottom: tuple[str, str], workers: int = 1) -> float | None:
+    """``top``'s CPU per job over ``bottom``'s (each the median over the runs)."""
+    a, b = (drain_cost(runs, drained, workers, "cpu_us_per_job") for drained in (top, bottom))
+    return a / b if a and b else None
+
+
+def park_wake(results: dict[str, Any], key: str) -> float | None:
+    """Statements per row to park a workflow row (beyond an atomic job's run) or to wake it
+    (``send_event()``, beyond the transaction around it): benchctl park-wake."""
+    return (results.get("park_wake") or {}).get(key)
+
+
 def pickup(runs: Runs, key: str) -> float | None:
     """Median over the runs of django_dbqueue's pickup figure ``key`` (``p50_ms``, ``p95_ms``,
     ``idle_queries_per_s``)."""
@@ -224,11 +236,20 @@ def _cpu_beside(label: str, drained: tuple[str, str]) -> Callable[[dict], str]:
     return beside
 
 
+def _cpu_ratio_beside(top: tuple[str, str], bottom: tuple[str, str]) -> Callable[[dict], str]:
+    def beside(results: dict[str, Any]) -> str:
+        value = cpu_ratio(results["runs"], top, bottom)
+        return f"CPU per job {show(value, '×') if value is not None else 'not measured'} the atomic job's"
+
+    return beside
+
+
 def _workers(count: int) -> str:
     return f"{count} worker{'s' if count > 1 else ''}"
 
 
 LEASE, ATOMIC, GROUPED = ("dbqueue", "lease"), ("dbqueue", "atomic"), ("dbqueue", "grouped")
+WORKFLOW = ("dbqueue", "workflow")
 CLAIM100, BATCH, BATCH500 = ("raw", "claim100"), ("raw", "batch"), ("raw", "batch500")
 FLOW_MODES = (("concurrency", "concurrency limit"), ("rate", "rate limit"), ("both", "both limits"))
 FLOW_SERVERS = (("mysql", "MariaDB"), ("postgresql", "PostgreSQL"))
@@ -375,6 +396,30 @@ FLOORS: list[Floor] = [
         )
         for server, name in FLOW_SERVERS
         for mode, label in FLOW_MODES
+    ),
+    # Issue #36: a workflow step against an atomic job of the same handler body.
+    Floor(
+        "workflow-step",
+        "A 1-step workflow in atomic mode, time per job / an atomic job of the same body (1 worker)",
+        1.3,
+        False,
+        _drain(ATOMIC, WORKFLOW, 1),  # the atomic job's rate over the workflow's: a time ratio
+        beside=_cpu_ratio_beside(WORKFLOW, ATOMIC),
+    ),
+    *(
+        Floor(
+            f"workflow-{key}",
+            f"Statements to {key} a workflow row ({what})",
+            2,
+            False,
+            lambda results, key=key: park_wake(results, key),
+            " statements",
+            by_run=False,
+        )
+        for key, what in (
+            ("park", "a run that parks, beyond an atomic job's run"),
+            ("wake", "`send_event()` that wakes it, beyond its transaction"),
+        )
     ),
     Floor(
         "claim-cost",

@@ -35,8 +35,13 @@ from django_dbqueue.worker import Worker  # noqa: E402
 
 
 def fill(model, n: int) -> None:
+    from django_dbqueue.models import WorkflowEvent, WorkflowProgress, WorkflowStep
+
     with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE TABLE {model._meta.db_table}")
+        # The workflow tables too (dbqapp.WorkflowJob): TRUNCATE starts the pks again at 1,
+        # and a new row must not replay an old row's checkpoints.
+        for table in (model, WorkflowStep, WorkflowEvent, WorkflowProgress):
+            cursor.execute(f"TRUNCATE TABLE {table._meta.db_table}")
     with transaction.atomic():
         model.objects.bulk_create([model() for _ in range(n)], batch_size=1000)
 

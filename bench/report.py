@@ -37,6 +37,7 @@ ROWS = (
     ("dbqueue", "atomic", "**django_dbqueue**, atomic mode (1 job per transaction)"),
     ("dbqueue", "atomic-nohist", "**django_dbqueue**, atomic mode, attempt history off"),
     ("dbqueue", "grouped", "**django_dbqueue**, atomic mode, 100 jobs per transaction"),
+    ("dbqueue", "workflow", "**django_dbqueue**, a 1-step workflow, atomic mode"),
     ("djqueue", "default", "dj_queue"),
     ("tasksdb", "default", "django-tasks-db"),
     ("q2", "default", "django-q2 (ORM broker)"),
@@ -62,6 +63,7 @@ COMPARISONS = [
         "atomic mode, history off / raw claim 100 + ack each",
     ),
     (("dbqueue", "grouped"), ("raw", "batch"), "atomic, 100 per transaction / raw claim 100 + batch ack"),
+    (("dbqueue", "workflow"), ATOMIC, "1-step workflow / atomic job of the same body"),
     *((LEASE, (peer, "default"), f"lease mode / {name}") for peer, name in PEER_NAMES),
     *((ATOMIC, (peer, "default"), f"atomic mode / {name}") for peer, name in PEER_NAMES),
 ]

@@ -142,9 +142,13 @@ def paired_turns(turns: list[str], first: str) -> list[str]:
 # -- the whole run ---------------------------------------------------------------------------
 
 
-#: The quick run (make bench-quick): django_dbqueue's three modes and the raw-SQL loops they
-#: are measured against (issue #33's floors), on MariaDB, 1 and 4 workers.
-QUICK_VARIANTS = {"dbqueue": ("lease", "atomic", "grouped"), "raw": ("claim100", "batch", "batch500")}
+#: The quick run (make bench-quick): django_dbqueue's three modes, a 1-step workflow (issue
+#: #36's step cost) and the raw-SQL loops they are measured against (issue #33's floors), on
+#: MariaDB, 1 and 4 workers.
+QUICK_VARIANTS = {
+    "dbqueue": ("lease", "atomic", "grouped", "workflow"),
+    "raw": ("claim100", "batch", "batch500"),
+}
 
 
 @dataclass
@@ -168,6 +172,7 @@ class Plan:
     idle_seconds: float = 4.0  # window in which an idle worker's statements are counted
     levels: str = "0,100000,1000000"  # finished rows of the claim-cost scenario
     claims: int = 30  # rounds of the claim-cost scenario (a claim per level and system each)
+    n_park: int = 500  # workflow rows parked and woken (benchctl park-wake)
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -191,6 +196,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             n_bulk=10000,
             trickle=15,
             idle_seconds=2.0,
+            n_park=200,
         )
     else:
         systems = tuple(args.systems.split(",")) if args.systems else ("dbqueue", "raw", *PEERS)
@@ -203,7 +209,7 @@ def scaled(plan: Plan, scale: float) -> Plan:
     harness), at least 100 jobs each."""
     if scale == 1:
         return plan
-    counts = ("n_fast", "n_per_job", "n_claim1", "n_peer", "n_one", "n_bulk")
+    counts = ("n_fast", "n_per_job", "n_claim1", "n_peer", "n_one", "n_bulk", "n_park")
     return replace(plan, **{name: max(int(getattr(plan, name) * scale), 100) for name in counts})
 
 
@@ -298,6 +304,8 @@ def main() -> None:
                 f"{level['reads_per_claim']} handler reads (raw SQL: {level['raw_ms_per_claim']:.2f} ms, "
                 f"{level['raw_reads_per_claim']})"
             )
+    if "park" not in skip and "dbqueue" in plan.systems:
+        results["park_wake"] = park_wake(plan)
     for run in range(plan.runs):
         log(f"round {run + 1}/{plan.runs}")
         results["runs"].append(one_run(plan, run, skip))
@@ -306,6 +314,17 @@ def main() -> None:
     save(results, out, write, final=True)
     for line in floor_summary(results):
         log(line)
+
+
+def park_wake(plan: Plan) -> dict[str, Any] | None:
+    """Statements per row to park a workflow row and to wake it (benchctl park-wake)."""
+    log("workflow rows: statements to park and to wake")
+    found = attempt("park-wake", ctl, "dbqueue", "park-wake", "--n", str(plan.n_park))
+    if found:
+        for name in ("job", "park_sleep", "park_wait", "send", "after_sleep", "after_wait"):
+            log(f"  {name}: {found[name]['per_row']:.2f} statements/row {found[name]['kinds']}")
+        log(f"  park: {found['park']:.2f} statements beyond a job's run; wake: {found['wake']:.2f}")
+    return found
 
 
 def floor_summary(results: dict[str, Any]) -> list[str]:
@@ -391,7 +410,7 @@ def variants(system: str, only: dict[str, tuple[str, ...]] | None = None) -> tup
 def drain_n(plan: Plan, system: str, variant: str) -> int:
     if variant in ("lease", "lease-nohist", "grouped", "batch", "batch500"):
         return plan.n_fast
-    if variant in ("atomic", "atomic-nohist", "claim100"):
+    if variant in ("atomic", "atomic-nohist", "workflow", "claim100"):
         return plan.n_per_job
     if variant == "claim1":
         return plan.n_claim1

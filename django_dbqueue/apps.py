@@ -25,6 +25,7 @@ class DbQueueConfig(AppConfig):
 
         signal_handlers.connect_wakeups()  # PostgreSQL: a new READY row wakes listening workers
         signal_handlers.connect_observability()  # Prometheus counters, trace contexts (if installed)
+        signal_handlers.connect_workflow_cleanup()  # a deleted workflow row takes its checkpoints along
 
         # Message handlers live in each app's queue_handlers module.
         autodiscover_modules("queue_handlers")

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from django.db import connections
-from django.db.models.signals import post_save, pre_save
+from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 from django.dispatch import receiver
 
 from .backends import backend_for
@@ -15,6 +15,7 @@ from .models import queue_models
 from .observability import metrics, traces
 from .signals import job_claimed, job_failed
 from .states import QueueState
+from .workflows import purge as workflow_purge
 
 logger = logging.getLogger("django_dbqueue")
 
@@ -78,3 +79,17 @@ def connect_observability() -> None:
             pre_save.connect(
                 traces.on_pre_save, sender=model, dispatch_uid=f"dbqueue-trace-{model._meta.label}"
             )
+
+
+def connect_workflow_cleanup() -> None:
+    """Delete a workflow row's checkpoints, events and progress with the row, for every model
+    whose handler is a ``@workflow`` (workflows/purge.py). Only those: with a delete receiver,
+    Django reads the rows a ``queryset.delete()`` deletes and signals each instead of sending
+    one DELETE, so ``Message`` and ``TaskRecord``, which ``purgequeue`` deletes in bulk (and
+    cleans up in its batches), keep their fast delete."""
+    receivers = workflow_purge.receivers
+    for model in queue_models():
+        if getattr(getattr(model, "process", None), "workflow", False):
+            uid = f"dbqueue-workflow-cleanup-{model._meta.label}"
+            pre_delete.connect(receivers.before, sender=model, dispatch_uid=uid)
+            post_delete.connect(receivers.after, sender=model, dispatch_uid=uid)

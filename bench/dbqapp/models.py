@@ -6,6 +6,7 @@ from django.db import models
 
 from bench import ledger
 from django_dbqueue.models import QueueMixin
+from django_dbqueue.workflows import Workflow, workflow
 
 
 class NoopJob(QueueMixin):
@@ -32,6 +33,33 @@ class GroupedJob(QueueMixin):
 
     def process(self) -> None:
         ledger.record(self.pk)
+
+
+class WorkflowJob(QueueMixin):
+    """A 1-step workflow in atomic mode whose step is AtomicJob's handler body: what a step
+    costs beside an atomic job (issue #36: at most 1.3x)."""
+
+    queue_atomic = True
+
+    @workflow
+    def process(self, wf: Workflow) -> None:
+        wf.step("work", ledger.record, self.pk)
+
+
+class ParkJob(QueueMixin):
+    """A workflow that parks before its step: for a sleep (an hour), or until the event "go"
+    (``wait``). benchctl park-wake counts what parking and waking it cost."""
+
+    queue_atomic = True
+    wait = models.BooleanField(default=False)
+
+    @workflow
+    def process(self, wf: Workflow) -> None:
+        if self.wait:
+            wf.wait_for("go")
+        else:
+            wf.sleep(3600)
+        wf.step("work", ledger.record, self.pk)
 
 
 class PayloadJob(QueueMixin):

@@ -20,6 +20,7 @@ from ..exceptions import LeaseLost
 from ..messaging.payloads import check_payload
 from ..queue.statements import statements
 from ..tables.workflow import WorkflowStep
+from .statements import step_statements
 
 if TYPE_CHECKING:
     from ..queue.row import QueueRow
@@ -31,9 +32,15 @@ def key_of(row: QueueRow) -> dict[str, str]:
 
 
 def load(row: QueueRow, using: str) -> dict[str, WorkflowStep]:
-    """The row's checkpoints by name: one SELECT per run."""
-    steps = WorkflowStep.objects.using(using).filter(**key_of(row))
-    return {step.name: step for step in steps}
+    """The row's checkpoints by name: one SELECT per run (its SQL built once: statements.py)."""
+    return step_statements(using).load(row._meta.label, str(row.pk))
+
+
+def write(row: QueueRow, using: str, **values: Any) -> WorkflowStep:
+    """A new checkpoint of ``row``: one INSERT (its SQL built once: statements.py)."""
+    step = WorkflowStep(**key_of(row), **values)
+    step_statements(using).insert(step)
+    return step
 
 
 def as_stored(value: Any, name: str) -> Any:

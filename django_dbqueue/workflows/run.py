@@ -165,8 +165,9 @@ class Workflow:
         return f"{prefix}-{self._counts[prefix]}"
 
     def _write(self, name: str, kind: str, started: datetime, **values: Any) -> WorkflowStep:
-        checkpoint = WorkflowStep.objects.using(self.using).create(
-            **checkpoints.key_of(self.row),
+        checkpoint = checkpoints.write(
+            self.row,
+            self.using,
             name=name,
             kind=kind,
             position=len(self.done) + 1,
@@ -178,6 +179,10 @@ class Workflow:
 
     def _finish(self, checkpoint: WorkflowStep, **values: Any) -> None:
         values["finished_at"] = self.claim.now()
-        WorkflowStep.objects.using(self.using).filter(pk=checkpoint.pk).update(**values)
+        # By the row's key and the name (unique): a checkpoint written in this run has no pk.
+        mine = WorkflowStep.objects.using(self.using).filter(
+            **checkpoints.key_of(self.row), name=checkpoint.name
+        )
+        mine.update(**values)
         for field, value in values.items():
             setattr(checkpoint, field, value)

@@ -152,9 +152,33 @@ def test_every_line_of_the_issue_table_is_a_floor():
             for mode in ("concurrency", "rate", "both")
             for server in ("mysql", "postgresql")
         },
+        "workflow-step": 1.3,
+        "workflow-park": 2,
+        "workflow-wake": 2,
         "claim-cost": 1.5,
     }
     assert {f.key: f.bound for f in floors.FLOORS} == expected
+
+
+def test_the_workflow_step_floor_is_the_atomic_jobs_rate_over_the_workflows():
+    floor = next(f for f in floors.FLOORS if f.key == "workflow-step")
+    runs = [
+        a_run(1, 1, (1, 1, 1), drains=[drain("dbqueue", "atomic", 1, 600, cpu_us=400), drain(*wf)])
+        for wf in (("dbqueue", "workflow", 1, 500, True, 500), ("dbqueue", "workflow", 1, 400, True, 520))
+    ]
+    results = {"runs": runs}
+    assert floor.figure(results) == pytest.approx((1.2 + 1.5) / 2)  # lower is better: a time ratio
+    assert floor.beside is not None and "CPU per job 1.27×" in floor.beside(results)
+    park = {"park_wake": {"park": 2.0, "wake": 3.5}}
+    assert [f.figure(park) for f in floors.FLOORS if f.key in ("workflow-park", "workflow-wake")] == [
+        2.0,
+        3.5,
+    ]
+    assert [
+        f.met(f.figure(park))
+        for f in floors.FLOORS
+        if f.key.startswith("workflow-") and f.key != "workflow-step"
+    ] == [True, False]
 
 
 def test_cpu_floors_are_the_median_over_the_runs_in_milliseconds():
@@ -264,7 +288,7 @@ def _args(**given: Any) -> argparse.Namespace:
 def test_the_quick_plan_is_ours_against_the_raw_loops_in_three_rounds():
     plan = run.make_plan(_args(quick=True))
     assert (plan.runs, plan.systems, plan.workers) == (3, ("dbqueue", "raw"), (1, 4))
-    assert run.variants("dbqueue", plan.only) == ("lease", "atomic", "grouped")
+    assert run.variants("dbqueue", plan.only) == ("lease", "atomic", "grouped", "workflow")
     assert run.variants("raw", plan.only) == ("claim100", "batch", "batch500")
     assert not plan.contention and not plan.claim_cost
     full = run.make_plan(_args())

@@ -1,5 +1,7 @@
 """``manage.py purgequeue``: delete (or archive) finished queue-owned rows and old attempts,
-in small batches by primary key, so the hot tables stay small without long locks."""
+in small batches by primary key, so the hot tables stay small without long locks. A purged
+row's workflow checkpoints, events and progress go in its batch; ``--workflow-orphans``
+sweeps those whose row went some other way (workflows/purge.py)."""
 
 from __future__ import annotations
 
@@ -27,18 +29,22 @@ from django_dbqueue.models import (
 )
 from django_dbqueue.queue import partitions
 from django_dbqueue.states import QueueState
+from django_dbqueue.workflows import purge as workflow_purge
 
 #: Models whose rows belong to the queue itself. Domain rows (an Order) are never deleted.
 OWNED = (Message, TaskRecord)
 batch_size = whole_number(1, 100_000)
 #: The options that say what to purge, by age.
 AGES = ("older_than", "attempts_older_than", "firings_older_than", "composition_older_than")
+#: Every option that says what to purge.
+WHAT = (*AGES, "workflow_orphans")
 
 
 class Command(BaseCommand):
     help = (
         "Delete finished Message/TaskRecord rows older than --older-than, and QueueAttempt "
-        "history older than --attempts-older-than, in bounded batches."
+        "history older than --attempts-older-than, in bounded batches; --workflow-orphans deletes "
+        "workflow checkpoints whose row is gone."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -84,6 +90,13 @@ class Command(BaseCommand):
             help="Delete batches that completed, and the waits (with their edges) of jobs promoted, "
             "longer ago than this.",
         )
+        parser.add_argument(
+            "--workflow-orphans",
+            action="store_true",
+            default=None,
+            help="Delete workflow checkpoints, events and progress whose queue row is gone (deleted "
+            "by raw SQL or before purging removed them), reading the workflow tables in batches.",
+        )
         parser.add_argument("--batch-size", type=batch_size, default=1000)
         parser.add_argument(
             "--pause",
@@ -95,8 +108,8 @@ class Command(BaseCommand):
         parser.add_argument("--database", default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if all(options[name] is None for name in AGES):
-            wanted = " and/or ".join("--" + name.replace("_", "-") for name in AGES)
+        if all(options[name] is None for name in WHAT):
+            wanted = " and/or ".join("--" + name.replace("_", "-") for name in WHAT)
             raise CommandError(f"Nothing to do: give {wanted}.")
         if options["database"] and options["database"] not in connections:
             raise CommandError(f"Unknown database alias {options['database']!r}.")
@@ -141,6 +154,19 @@ class Command(BaseCommand):
                 done = self._purge(rows, options, archive=False)
                 verb = "to purge" if options["dry_run"] else "deleted"
                 self.stdout.write(f"{table.__name__}: {done} {noun}(s) {verb}")
+        if options["workflow_orphans"]:
+            self._sweep_workflows(options)
+
+    def _sweep_workflows(self, options: dict[str, Any]) -> None:
+        using = options["database"] or router.db_for_write(workflow_purge.TABLES[0])
+        swept = workflow_purge.sweep_orphans(
+            using, options["batch_size"], options["pause"], dry_run=options["dry_run"]
+        )
+        verb = "to purge" if options["dry_run"] else "deleted"
+        for table, done in swept.deleted.items():
+            self.stdout.write(f"{table}: {done} row(s) of workflow rows that are gone {verb}")
+        for label in sorted(swept.unknown):
+            self.stdout.write(f"{label} is not an installed model: its workflow rows were kept")
 
     def _rotate(self, using: str, options: dict[str, Any]) -> datetime:
         """Drop the history partitions wholly older than the cutoff (one DDL each, after making
@@ -204,6 +230,10 @@ class Command(BaseCommand):
                     # it keeps the statement to the partitions below the cutoff.
                     target = rows if rows.model is QueueAttempt else rows.model._base_manager.using(rows.db)
                     target.filter(pk__in=ids).delete()
+                    if issubclass(rows.model, QueueMixin):
+                        # A message's workflow (a handler can be one) goes with it, in this
+                        # batch: a later row with its pk must not replay its checkpoints.
+                        workflow_purge.delete_for(rows.model, ids, rows.db)
             done += len(ids)
             if len(ids) < size:
                 return done

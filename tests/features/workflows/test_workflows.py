@@ -19,6 +19,7 @@ from django_dbqueue.worker import Worker
 from django_dbqueue.workflows import Workflow, WorkflowMixin, fork_from, send_event, steps_of, workflow
 from django_dbqueue.workflows.progress import Progress
 from django_dbqueue.workflows.run import FOREVER
+from django_dbqueue.workflows.statements import step_statements
 from tests.conftest import every_database, wait_until
 from tests.testapp.models import AtomicWorkflow, GroupedAtomicWorkflow, LeaseWorkflow, StepLedger
 
@@ -277,3 +278,18 @@ def test_a_step_that_returns_what_json_cannot_hold_fails_with_a_clear_error() ->
     with pytest.raises(TypeError, match="the workflow step 'bad' returned a value that cannot be stored"):
         wf.step("bad", lambda: {"when": timedelta(days=1)})
     assert not WorkflowStep.objects.filter(name="bad").exists()
+
+
+def test_a_runs_read_of_its_checkpoints_gives_what_the_orm_gives() -> None:
+    """workflows/statements.py reads the checkpoints with SQL built once and the ORM's own
+    converters: every field of every kind comes back as a queryset would give it."""
+    row = AtomicWorkflow.objects.create(steps=2, event="paid", timeout=60, nap=0.01)
+    for _ in range(3):
+        drain(AtomicWorkflow)  # step 1, the sleep, the wait (with its deadline)
+    by_orm = {step.name: step for step in steps_of(row)}
+    loaded = step_statements("default").load(AtomicWorkflow._meta.label, str(row.pk))
+    assert {"step-1", "sleep-1", "wait:paid-1"} <= set(loaded)
+    fields = [field.attname for field in WorkflowStep._meta.concrete_fields]
+    for name, step in by_orm.items():
+        assert [getattr(loaded[name], f) for f in fields] == [getattr(step, f) for f in fields], name
+        assert loaded[name]._state.db == "default" and not loaded[name]._state.adding

@@ -18,7 +18,9 @@ from django.test.utils import CaptureQueriesContext
 
 from bench.dbqapp.models import SAVE_PAIRS, WIDE_TABLES, PayloadJob
 from bench.pairs import turn_order
+from bench.park_wake import park_wake
 from bench.payloads import payload
+from django_dbqueue.models import WorkflowEvent, WorkflowProgress, WorkflowStep
 from django_dbqueue.states import QueueState
 
 HANDLER_READS = (
@@ -206,7 +208,16 @@ class Command(BaseCommand):
     help = "Benchmark control of django_dbqueue (reset, enqueue, save pairs, trickle, claim cost)."
 
     def add_arguments(self, parser):
-        actions = ["reset", "enqueue-one", "enqueue-bulk", "save-pair", "trickle", "remaining", "claim-cost"]
+        actions = [
+            "reset",
+            "enqueue-one",
+            "enqueue-bulk",
+            "save-pair",
+            "trickle",
+            "remaining",
+            "claim-cost",
+            "park-wake",
+        ]
         parser.add_argument("action", choices=actions)
         parser.add_argument("--model", default="dbqapp.NoopJob")
         parser.add_argument("--n", type=int, default=0)
@@ -225,7 +236,10 @@ class Command(BaseCommand):
         out: dict[str, Any] = {"system": "dbqueue", "action": action, "model": model._meta.label}
         if action == "reset" or options["reset"]:
             with connection.cursor() as cursor:
-                for m in apps.get_app_config("dbqapp").get_models():
+                # The workflow tables too: TRUNCATE starts the pks again at 1, and a new row
+                # must not find an old row's checkpoints under its pk.
+                tables = (WorkflowStep, WorkflowEvent, WorkflowProgress)
+                for m in (*apps.get_app_config("dbqapp").get_models(), *tables):
                     cursor.execute(f"TRUNCATE TABLE {m._meta.db_table}")
         if action == "reset":
             pass
@@ -264,4 +278,6 @@ class Command(BaseCommand):
         elif action == "claim-cost":
             levels = [int(x) for x in options["levels"].split(",")]
             out.update(claim_cost(levels, options["claims"]))
+        elif action == "park-wake":
+            out.update(park_wake(n))
         self.stdout.write(json.dumps(out, default=str))
