@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
 from django.db.models import Value
+from django.db.models.expressions import RawSQL
 
+from ..states import QueueState
 from .base import QueueBackend, run_quietly
 from .error_groups import masked_last_line
 from .postgresql_partitions import PostgreSQLPartitioning
@@ -38,6 +40,22 @@ def _sqlstate(exc: BaseException) -> str | None:
 class PostgreSQLBackend(QueueBackend):
     vendor = "postgresql"
     can_notify = True
+
+    def fair_keys_sql(self, rows: Any, key: str, limit: int) -> tuple[str, tuple[Any, ...]]:
+        """PostgreSQL 15 has no loose index scan: a recursive walk takes one key at a time,
+        each step one index dive on ``(queue_state, key, ...)`` past the key before, and
+        stops after ``limit`` keys (a GROUP BY would read every READY row)."""
+        ready = rows.filter(queue_state=QueueState.READY).order_by(key).values(key)
+        first_sql, first_params = ready.filter(**{f"{key}__isnull": False})[:1].query.sql_with_params()
+        after_walk = ready.filter(**{f"{key}__gt": RawSQL("dbqueue_walk.dbqueue_key", ())})[:1]
+        next_sql, next_params = after_walk.query.sql_with_params()
+        sql = (
+            "WITH RECURSIVE dbqueue_walk(dbqueue_key, dbqueue_n) AS ("
+            f"SELECT ({first_sql}), 1 UNION ALL SELECT ({next_sql}), dbqueue_n + 1 FROM dbqueue_walk "
+            "WHERE dbqueue_walk.dbqueue_key IS NOT NULL AND dbqueue_n < %s"
+            ") SELECT dbqueue_key FROM dbqueue_walk WHERE dbqueue_key IS NOT NULL"
+        )
+        return sql, (*first_params, *next_params, limit)
 
     def error_group(self, column: str) -> Any:
         return masked_last_line(column, word_boundary=r"\y", every=(Value("g"),))

@@ -1,0 +1,94 @@
+"""The bounded fair claim's reads: the keys with work, and the first rows of chosen keys.
+
+Two statements, both read through the fair index (``(queue_state, key, -queue_priority,
+queue_run_at, pk)``, asked for by check W051) and never more rows than they return, give or
+take the keys' future rows:
+
+* :func:`walk` — the next keys with READY rows after a bound, in key order (the backend's
+  :meth:`~django_dbqueue.backends.base.QueueBackend.fair_keys_sql`: a loose index scan on
+  MySQL and MariaDB, a recursive skip scan on PostgreSQL), each with its **head**, the first
+  due row in the plain claim order (priority, due time, primary key), found by one index
+  dive per key (a correlated subquery ``ORDER BY … LIMIT 1``). A key whose READY rows are
+  all in the future comes back without a head.
+* :func:`first_rows` — the first ``n`` due rows of a few keys, one ``LIMIT n`` branch per key
+  (``UNION ALL``): only keys that can take more than one row of the batch (few keys, or a
+  weight above 1) need it.
+
+The statements are compiled by the ORM (the QuerySet the claim narrowed: pauses, full keys,
+the caller's filters), joined as derived tables and run through ``connection.cursor()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connections, models
+from django.db.models.expressions import RawSQL
+
+from ..backends import backend_for
+
+#: ``(pk, key, priority)`` of a due row; rows of one key come in the plain claim order.
+Row = tuple[Any, Any, int]
+IN_KEY_ORDER = ("-queue_priority", "queue_run_at", "pk")
+
+
+def _compiled(qs: models.QuerySet) -> tuple[str, tuple[Any, ...]]:
+    sql, params = qs.query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _head(qs: models.QuerySet, key: str, column: str) -> tuple[str, tuple[Any, ...]]:
+    """The scalar subquery of one column of the walked key's head row."""
+    of_walked = qs.filter(**{key: RawSQL("dbqueue_keys.dbqueue_key", ())})
+    return _compiled(of_walked.order_by(*IN_KEY_ORDER).values(column)[:1])
+
+
+def walk(qs: models.QuerySet, key: str, limit: int) -> list[tuple[Any, Row | None]]:
+    """Up to ``limit`` keys of ``qs`` with READY rows, in key order, each with its head row
+    (None when none of its rows is due)."""
+    using = qs.db
+    connection = connections[using]
+    keys_sql, keys_params = backend_for(using).fair_keys_sql(qs, key, limit)
+    ready = qs.ready()  # type: ignore[attr-defined]
+    pk_sql, pk_params = _head(ready, key, "pk")
+    priority_sql, priority_params = _head(ready, key, "queue_priority")
+    sql = (
+        f"SELECT dbqueue_keys.dbqueue_key, ({pk_sql}), ({priority_sql}) "
+        f"FROM ({keys_sql}) dbqueue_keys ORDER BY dbqueue_keys.dbqueue_key"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, (*pk_params, *priority_params, *keys_params))
+        found = cursor.fetchall()
+    to_python = qs.model._meta.get_field(key).to_python
+    walked: list[tuple[Any, Row | None]] = []
+    for raw_key, pk, priority in found:
+        value = to_python(raw_key)
+        walked.append((value, None if pk is None else (pk, value, priority)))
+    return walked
+
+
+def first_rows(qs: models.QuerySet, key: str, wanted: dict[Any, int]) -> dict[Any, list[Row]]:
+    """The first ``wanted[k]`` due rows of each key ``k`` (None: the rows without a key)."""
+    ready = qs.ready()  # type: ignore[attr-defined]
+    branches = [
+        ready.filter(**({f"{key}__isnull": True} if value is None else {key: value}))
+        .order_by(*IN_KEY_ORDER)
+        .values_list("pk", key, "queue_priority", "queue_run_at")[:count]
+        for value, count in wanted.items()
+    ]
+    if not branches:
+        return {}
+    union = branches[0] if len(branches) == 1 else branches[0].union(*branches[1:], all=True)
+    return _by_key(union, wanted)
+
+
+def _by_key(rows: Iterable[tuple[Any, ...]], wanted: dict[Any, int]) -> dict[Any, list[Row]]:
+    found: dict[Any, list[tuple[Any, ...]]] = {value: [] for value in wanted}
+    for row in rows:
+        found[row[1]].append(row)
+    # A UNION promises no order: each key's rows back in the plain claim order.
+    return {
+        value: [(pk, k, priority) for pk, k, priority, _ in sorted(got, key=lambda r: (-r[2], r[3], r[0]))]
+        for value, got in found.items()
+    }
