@@ -58,25 +58,36 @@ class QueueBackend:
 
     # -- the fair claim's keys ------------------------------------------------------------------
 
-    def fair_keys_sql(self, rows: Any, key: str, limit: int) -> tuple[str, tuple[Any, ...]]:
-        """A derived table (one column, ``dbqueue_key``) of up to ``limit`` keys of the
-        READY ``rows`` (a QuerySet without a state filter), in key order, NULL left out.
+    def fair_keys_sql(
+        self, rows: Any, key: str, limit: int, budget: int | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """A derived table of up to ``limit`` keys of the READY ``rows`` (a QuerySet
+        without a state filter) in key order, NULL left out: columns ``dbqueue_key`` and
+        ``dbqueue_rows``, the index entries read for the key (NULL when not counted).
 
-        MySQL and MariaDB read it as a loose index scan of an index on ``(queue_state,
-        key)``: one index dive per key, however many rows each key holds. MariaDB 10.11 takes
-        that plan only for a range on ``queue_state`` (an equality gives a ``ref`` read of
-        every READY row) and only on an index without descending parts, hence the BETWEEN,
-        the grouping by both columns and the separate ascending index (checks.py, W051)."""
-        keys = (
-            rows.filter(queue_state__range=(QueueState.READY, QueueState.READY), **{f"{key}__isnull": False})
-            .order_by()
-            .values("queue_state", key)
-            .distinct()
-            .order_by("queue_state", key)[:limit]
-        )
-        sql, params = keys.query.sql_with_params()
+        MySQL and MariaDB read it from an index on ``(queue_state, key)``. With a
+        ``budget``, the first ``budget`` entries in key order, grouped (many small keys: about
+        ``limit`` entries); the caller sees from the counts that the budget ran out before
+        ``limit`` keys (a few keys of many rows each) and asks again without one: then
+        grouped by both columns, which MariaDB reads as a loose index scan, one dive per key
+        however many rows each holds. The range on ``queue_state`` (BETWEEN, not =) keeps
+        MariaDB 10.11 on these plans instead of a ``ref`` read of every READY row, and the
+        loose scan needs an index without descending parts."""
         column = self.connection.ops.quote_name(rows.model._meta.get_field(key).column)
-        return f"SELECT dbqueue_k.{column} AS dbqueue_key FROM ({sql}) dbqueue_k", params
+        keys = rows.filter(
+            queue_state__range=(QueueState.READY, QueueState.READY), **{f"{key}__isnull": False}
+        ).order_by()
+        if budget is None:
+            loose = keys.values("queue_state", key).distinct().order_by("queue_state", key)[:limit]
+            sql, params = loose.query.sql_with_params()
+            columns = f"dbqueue_k.{column} AS dbqueue_key, NULL AS dbqueue_rows"
+            return f"SELECT {columns} FROM ({sql}) dbqueue_k", tuple(params)
+        sql, params = keys.order_by(key).values(key)[:budget].query.sql_with_params()
+        grouped = (
+            f"SELECT dbqueue_k.{column} AS dbqueue_key, COUNT(*) AS dbqueue_rows FROM ({sql}) dbqueue_k "
+            f"GROUP BY dbqueue_k.{column} ORDER BY dbqueue_k.{column} LIMIT %s"
+        )
+        return grouped, (*params, limit)
 
     # -- errors ----------------------------------------------------------------------------
 

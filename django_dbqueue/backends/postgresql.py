@@ -41,10 +41,12 @@ class PostgreSQLBackend(QueueBackend):
     vendor = "postgresql"
     can_notify = True
 
-    def fair_keys_sql(self, rows: Any, key: str, limit: int) -> tuple[str, tuple[Any, ...]]:
+    def fair_keys_sql(
+        self, rows: Any, key: str, limit: int, budget: int | None
+    ) -> tuple[str, tuple[Any, ...]]:
         """PostgreSQL 15 has no loose index scan: a recursive walk takes one key at a time,
         each step one index dive on ``(queue_state, key, ...)`` past the key before, and
-        stops after ``limit`` keys (a GROUP BY would read every READY row)."""
+        stops after ``limit`` keys (a GROUP BY would read every READY row); no budget."""
         ready = rows.filter(queue_state=QueueState.READY).order_by(key).values(key)
         first_sql, first_params = ready.filter(**{f"{key}__isnull": False})[:1].query.sql_with_params()
         after_walk = ready.filter(**{f"{key}__gt": RawSQL("dbqueue_walk.dbqueue_key", ())})[:1]
@@ -53,7 +55,7 @@ class PostgreSQLBackend(QueueBackend):
             "WITH RECURSIVE dbqueue_walk(dbqueue_key, dbqueue_n) AS ("
             f"SELECT ({first_sql}), 1 UNION ALL SELECT ({next_sql}), dbqueue_n + 1 FROM dbqueue_walk "
             "WHERE dbqueue_walk.dbqueue_key IS NOT NULL AND dbqueue_n < %s"
-            ") SELECT dbqueue_key FROM dbqueue_walk WHERE dbqueue_key IS NOT NULL"
+            ") SELECT dbqueue_key, NULL AS dbqueue_rows FROM dbqueue_walk WHERE dbqueue_key IS NOT NULL"
         )
         return sql, (*first_params, *next_params, limit)
 

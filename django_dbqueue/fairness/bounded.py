@@ -38,6 +38,20 @@ from .heads import Row
 from .options import DEFAULT_WEIGHT, FairShare
 from .weights import weight_table
 
+#: Index entries a walk reads per key it asks for before it walks key by key instead.
+BUDGET = 4
+#: Models (by database) whose last budgeted walk ran out of its budget: keys of many rows
+#: each. Their walks start key by key, until one finds as many keys as it asked for. A hint
+#: of this process only: either walk gives the same keys.
+_MANY_ROWS: set[tuple[str, str]] = set()
+
+
+def _remember(memory: tuple[str, str], budget: int | None, stopped_early: bool, filled: bool) -> None:
+    if stopped_early:
+        _MANY_ROWS.add(memory)
+    elif budget is None and filled:
+        _MANY_ROWS.discard(memory)
+
 
 @dataclass
 class Key:
@@ -98,11 +112,15 @@ def _walk(
     keys: dict[Any, Key] = {}
     full = 0
     step = window + len(held)  # held keys may take places in the walk without filling it
+    walker = heads.Walker(qs, key)
+    memory = (qs.db, qs.model._meta.label)
     for segment in _segments(qs, key):
         after: Any = None
+        budget = None if memory in _MANY_ROWS else BUDGET * step
         while True:
             part = segment if after is None else segment.filter(**{f"{key}__gt": after})
-            walked = heads.walk(part, key, step)
+            walked, stopped_early = walker.walk(part, step, budget)
+            _remember(memory, budget, stopped_early, len(walked) == step)
             for value, head in walked:
                 if head is None or value in keys:
                     continue
@@ -111,8 +129,10 @@ def _walk(
                 full += found.full_rank
             if full >= window:
                 return keys, False
-            if len(walked) < step:
+            if len(walked) < step and not stopped_early:
                 break
+            if stopped_early:  # keys of many rows each: walk on key by key (a loose scan)
+                budget = None
             after = walked[-1][0]
     return keys, True
 

@@ -4,7 +4,7 @@ Two statements, both read through the fair index (``(queue_state, key, -queue_pr
 queue_run_at, pk)``, asked for by check W051) and never more rows than they return, give or
 take the keys' future rows:
 
-* :func:`walk` — the next keys with READY rows after a bound, in key order (the backend's
+* :meth:`Walker.walk` — the next keys with READY rows after a bound, in key order (the backend's
   :meth:`~django_dbqueue.backends.base.QueueBackend.fair_keys_sql`: a loose index scan on
   MySQL and MariaDB, a recursive skip scan on PostgreSQL), each with its **head**, the first
   due row in the plain claim order (priority, due time, primary key), found by one index
@@ -44,28 +44,38 @@ def _head(qs: models.QuerySet, key: str, column: str) -> tuple[str, tuple[Any, .
     return _compiled(of_walked.order_by(*IN_KEY_ORDER).values(column)[:1])
 
 
-def walk(qs: models.QuerySet, key: str, limit: int) -> list[tuple[Any, Row | None]]:
-    """Up to ``limit`` keys of ``qs`` with READY rows, in key order, each with its head row
-    (None when none of its rows is due)."""
-    using = qs.db
-    connection = connections[using]
-    keys_sql, keys_params = backend_for(using).fair_keys_sql(qs, key, limit)
-    ready = qs.ready()  # type: ignore[attr-defined]
-    pk_sql, pk_params = _head(ready, key, "pk")
-    priority_sql, priority_params = _head(ready, key, "queue_priority")
-    sql = (
-        f"SELECT dbqueue_keys.dbqueue_key, ({pk_sql}), ({priority_sql}) "
-        f"FROM ({keys_sql}) dbqueue_keys ORDER BY dbqueue_keys.dbqueue_key"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, (*pk_params, *priority_params, *keys_params))
-        found = cursor.fetchall()
-    to_python = qs.model._meta.get_field(key).to_python
-    walked: list[tuple[Any, Row | None]] = []
-    for raw_key, pk, priority in found:
-        value = to_python(raw_key)
-        walked.append((value, None if pk is None else (pk, value, priority)))
-    return walked
+class Walker:
+    """One claim's walks over the keys of ``qs``: the head subqueries are compiled once."""
+
+    def __init__(self, qs: models.QuerySet, key: str) -> None:
+        self.qs, self.key = qs, key
+        ready = qs.ready()  # type: ignore[attr-defined]
+        pk_sql, pk_params = _head(ready, key, "pk")
+        priority_sql, priority_params = _head(ready, key, "queue_priority")
+        self.columns = f"dbqueue_keys.dbqueue_key, dbqueue_keys.dbqueue_rows, ({pk_sql}), ({priority_sql})"
+        self.params = (*pk_params, *priority_params)
+        self.to_python = qs.model._meta.get_field(key).to_python
+
+    def walk(
+        self, part: models.QuerySet, limit: int, budget: int | None
+    ) -> tuple[list[tuple[Any, Row | None]], bool]:
+        """Up to ``limit`` keys of ``part`` (``qs`` narrowed to a range of keys) with READY
+        rows, in key order, each with its head row (None when none of its rows is due); and
+        whether the walk stopped at its ``budget`` of index entries (see ``fair_keys_sql``)
+        rather than at the last key."""
+        using = self.qs.db
+        keys_sql, keys_params = backend_for(using).fair_keys_sql(part, self.key, limit, budget)
+        sql = f"SELECT {self.columns} FROM ({keys_sql}) dbqueue_keys ORDER BY dbqueue_keys.dbqueue_key"
+        with connections[using].cursor() as cursor:
+            cursor.execute(sql, (*self.params, *keys_params))
+            found = cursor.fetchall()
+        walked: list[tuple[Any, Row | None]] = []
+        read = 0
+        for raw_key, rows, pk, priority in found:
+            value = self.to_python(raw_key)
+            walked.append((value, None if pk is None else (pk, value, priority)))
+            read += rows or 0
+        return walked, budget is not None and read >= budget
 
 
 def first_rows(qs: models.QuerySet, key: str, wanted: dict[Any, int]) -> dict[Any, list[Row]]:
