@@ -21,6 +21,9 @@ from .partitioning import HistoryPartitioning
 
 logger = logging.getLogger("django_dbqueue.backends")
 
+#: A statement and its parameters.
+SqlParams = tuple[str, tuple[Any, ...]]
+
 
 class QueueBackend:
     """The generic answers; a vendor's subclass overrides what it does differently."""
@@ -57,6 +60,19 @@ class QueueBackend:
         return connections[self.alias]
 
     # -- the fair claim's keys ------------------------------------------------------------------
+
+    def fair_walk_sql(
+        self, rows: Any, key: str, limit: int, budget: int | None, heads: Callable[[], SqlParams]
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The SELECT of the fair claim's walk (``fairness/heads.py``): up to ``limit`` keys
+        of the READY ``rows`` (a QuerySet without a state filter) in key order, one row each:
+        ``(key, index entries read or NULL, head pk, head priority)``. ``heads()`` gives the
+        select list of those columns over the derived table ``dbqueue_keys`` (its head
+        columns correlated subqueries: one index dive per key, the plain claim order)."""
+        keys_sql, keys_params = self.fair_keys_sql(rows, key, limit, budget)
+        columns, params = heads()
+        sql = f"SELECT {columns} FROM ({keys_sql}) dbqueue_keys ORDER BY dbqueue_keys.dbqueue_key"
+        return sql, (*params, *keys_params)
 
     def fair_keys_sql(
         self, rows: Any, key: str, limit: int, budget: int | None

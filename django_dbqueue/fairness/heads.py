@@ -20,6 +20,7 @@ the caller's filters), joined as derived tables and run through ``connection.cur
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -49,12 +50,16 @@ class Walker:
 
     def __init__(self, qs: models.QuerySet, key: str) -> None:
         self.qs, self.key = qs, key
-        ready = qs.ready()  # type: ignore[attr-defined]
-        pk_sql, pk_params = _head(ready, key, "pk")
-        priority_sql, priority_params = _head(ready, key, "queue_priority")
-        self.columns = f"dbqueue_keys.dbqueue_key, dbqueue_keys.dbqueue_rows, ({pk_sql}), ({priority_sql})"
-        self.params = (*pk_params, *priority_params)
         self.to_python = qs.model._meta.get_field(key).to_python
+
+    @functools.cached_property
+    def heads(self) -> tuple[str, tuple[Any, ...]]:
+        """The walk's select list with each walked key's head (see ``fair_walk_sql``)."""
+        ready = self.qs.ready()  # type: ignore[attr-defined]
+        pk_sql, pk_params = _head(ready, self.key, "pk")
+        priority_sql, priority_params = _head(ready, self.key, "queue_priority")
+        columns = f"dbqueue_keys.dbqueue_key, dbqueue_keys.dbqueue_rows, ({pk_sql}), ({priority_sql})"
+        return columns, (*pk_params, *priority_params)
 
     def walk(
         self, part: models.QuerySet, limit: int, budget: int | None
@@ -64,10 +69,9 @@ class Walker:
         whether the walk stopped at its ``budget`` of index entries (see ``fair_keys_sql``)
         rather than at the last key."""
         using = self.qs.db
-        keys_sql, keys_params = backend_for(using).fair_keys_sql(part, self.key, limit, budget)
-        sql = f"SELECT {self.columns} FROM ({keys_sql}) dbqueue_keys ORDER BY dbqueue_keys.dbqueue_key"
+        sql, params = backend_for(using).fair_walk_sql(part, self.key, limit, budget, lambda: self.heads)
         with connections[using].cursor() as cursor:
-            cursor.execute(sql, (*self.params, *keys_params))
+            cursor.execute(sql, params)
             found = cursor.fetchall()
         walked: list[tuple[Any, Row | None]] = []
         read = 0
