@@ -8,9 +8,11 @@ transaction:
   SELECT, index-driven with an index on ``(queue_state, queue_run_at)``, which a system check
   asks for), then the plain claim fills what is left;
 * fair share: the fair order (without locks: the keys' running rows and the round robin's
-  turn, two small reads, then one ranking SELECT, :mod:`.ranking`), then the chosen
-  rows locked by primary key with ``SKIP LOCKED``, a batch's worth at a time, until the batch
-  is full or the candidates run out. Each statement locks only rows it takes, so concurrent
+  turn, two small reads, then the rows that can be offered, :mod:`.bounded`; or, on SQLite,
+  with aging or with weights through the key's relation, one SELECT ranking every due row,
+  :mod:`.ranking`), then the chosen rows locked by primary key with ``SKIP LOCKED``, a
+  batch's worth at a time, until the batch is full or the candidates run out. Each
+  statement locks only rows it takes, so concurrent
   claimers that computed the same order pass each other's rows by instead of waiting, and a
   row another claimer took meanwhile is no longer READY, so the re-checked WHERE drops it.
   Last, one UPDATE moves the turn past the last key taken (:mod:`.rotation`).
