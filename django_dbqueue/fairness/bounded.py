@@ -38,19 +38,31 @@ from .heads import Row
 from .options import DEFAULT_WEIGHT, FairShare
 from .weights import weight_table
 
-#: Index entries a walk reads per key it asks for before it walks key by key instead.
-BUDGET = 4
-#: Models (by database) whose last budgeted walk ran out of its budget: keys of many rows
-#: each. Their walks start key by key, until one finds as many keys as it asked for. A hint
-#: of this process only: either walk gives the same keys.
-_MANY_ROWS: set[tuple[str, str]] = set()
+#: Index entries a walk reads per key it asks for, at least (MySQL/MariaDB: see
+#: ``fair_keys_sql``), and at most before it walks key by key (a loose index scan) instead.
+BUDGET, MAX_BUDGET = 4, 64
+#: Index entries per key the last budgeted walk of a model (by database) found, when it ran
+#: out of its budget: the next walks ask for that many per key (half as many again). A hint
+#: of this process only: any budget, or none, gives the same keys.
+_ROWS_PER_KEY: dict[tuple[str, str], float] = {}
 
 
-def _remember(memory: tuple[str, str], budget: int | None, stopped_early: bool, filled: bool) -> None:
-    if stopped_early:
-        _MANY_ROWS.add(memory)
-    elif budget is None and filled:
-        _MANY_ROWS.discard(memory)
+def _budget(memory: tuple[str, str], step: int) -> int | None:
+    per_key = max(BUDGET, 1.5 * _ROWS_PER_KEY.get(memory, 0))
+    return None if per_key > MAX_BUDGET else int(per_key * step)
+
+
+def _remember(
+    memory: tuple[str, str], budget: int | None, walked: int, step: int, stopped_early: bool
+) -> None:
+    if budget is not None and stopped_early:
+        _ROWS_PER_KEY[memory] = budget / max(walked, 1)
+    elif budget is None and walked >= step:
+        _ROWS_PER_KEY.pop(memory, None)  # a loose scan that found every key it asked for: many keys
+    elif memory in _ROWS_PER_KEY:
+        # Keys thinning out (or a loose scan that found plenty): a little less next time,
+        # so a model whose keys became small goes back to the budgeted read.
+        _ROWS_PER_KEY[memory] *= 0.9 if budget is not None else 0.5
 
 
 @dataclass
@@ -116,11 +128,11 @@ def _walk(
     memory = (qs.db, qs.model._meta.label)
     for segment in _segments(qs, key):
         after: Any = None
-        budget = None if memory in _MANY_ROWS else BUDGET * step
+        budget = _budget(memory, step)
         while True:
             part = segment if after is None else segment.filter(**{f"{key}__gt": after})
             walked, stopped_early = walker.walk(part, step, budget)
-            _remember(memory, budget, stopped_early, len(walked) == step)
+            _remember(memory, budget, len(walked), step, stopped_early)
             for value, head in walked:
                 if head is None or value in keys:
                     continue
@@ -131,8 +143,8 @@ def _walk(
                 return keys, False
             if len(walked) < step and not stopped_early:
                 break
-            if stopped_early:  # keys of many rows each: walk on key by key (a loose scan)
-                budget = None
+            if stopped_early:  # keys of more rows than budgeted: a bigger budget, or key by key
+                budget = _budget(memory, step)
             after = walked[-1][0]
     return keys, True
 
