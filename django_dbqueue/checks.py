@@ -103,6 +103,7 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
         checks.Error(text, obj=model, id="django_dbqueue.E050") for text in fairness.problems(model)
     )
     errors.extend(_check_aging_index(model))
+    errors.extend(_check_fair_indexes(model))
     if inspect.isgeneratorfunction(model.process):
         errors.append(
             checks.Error(
@@ -142,6 +143,39 @@ def _check_aging_index(model: type[QueueMixin]) -> list[checks.CheckMessage]:
             "QueueMixin.Meta).",
             obj=model,
             id="django_dbqueue.W050",
+        )
+    ]
+
+
+def fair_indexes(key: str) -> list[list[str]]:
+    """The fields of the two indexes the bounded fair claim reads (fairness/bounded.py): each
+    key's first due rows in claim order, and the keys with work, all ascending (MariaDB's
+    loose index scan takes no index with a descending part)."""
+    return [["queue_state", key, "-queue_priority", "queue_run_at", "id"], ["queue_state", key]]
+
+
+def _check_fair_indexes(model: type[QueueMixin]) -> list[checks.CheckMessage]:
+    """A fair key without the indexes its claim reads makes every claim read every READY row."""
+    fair = fairness.fair_share_of(model) if not fairness.problems(model) else None
+    if fair is None or fair.key is None:
+        return []
+    owner = model._meta.concrete_model
+    assert owner is not None
+    key = model._meta.get_field(fair.key).name
+    declared = [list(index.fields) for index in owner._meta.indexes]
+    heads, keys = fair_indexes(key)
+    has_heads = any(fields[:4] == heads[:4] for fields in declared)
+    has_keys = any(fields[:2] == keys and not any(f.startswith("-") for f in fields) for fields in declared)
+    if has_heads and has_keys:
+        return []
+    return [
+        checks.Warning(
+            f"{model._meta.label}.queue_fair_key has not the indexes a fair claim reads its keys and "
+            "their first rows from: each claim reads every READY row.",
+            hint=f"Add models.Index(fields={heads!r}) and models.Index(fields={keys!r}) to Meta.indexes "
+            "(Meta inheriting QueueMixin.Meta).",
+            obj=model,
+            id="django_dbqueue.W051",
         )
     ]
 

@@ -16,9 +16,13 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model
 
+from ..states import QueueState
 from .partitioning import HistoryPartitioning
 
 logger = logging.getLogger("django_dbqueue.backends")
+
+#: A statement and its parameters.
+SqlParams = tuple[str, tuple[Any, ...]]
 
 
 class QueueBackend:
@@ -43,12 +47,63 @@ class QueueBackend:
     #: they poll with an index-only probe.
     can_notify = False
 
+    #: The fair claim reads a bounded number of rows (``fairness/bounded.py``): the keys with
+    #: work by :meth:`fair_keys_sql`, then each chosen key's head rows by its index. SQLite,
+    #: a single writer that need not be fast, ranks every due row in one window SELECT.
+    bounded_fair = True
+
     def __init__(self, alias: str) -> None:
         self.alias = alias
 
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
+
+    # -- the fair claim's keys ------------------------------------------------------------------
+
+    def fair_walk_sql(
+        self, rows: Any, key: str, limit: int, budget: int | None, heads: Callable[[], SqlParams]
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The SELECT of the fair claim's walk (``fairness/heads.py``): up to ``limit`` keys
+        of the READY ``rows`` (a QuerySet without a state filter) in key order, one row each:
+        ``(key, index entries read or NULL, head pk, head priority)``. ``heads()`` gives the
+        select list of those columns over the derived table ``dbqueue_keys`` (its head
+        columns correlated subqueries: one index dive per key, the plain claim order)."""
+        keys_sql, keys_params = self.fair_keys_sql(rows, key, limit, budget)
+        columns, params = heads()
+        sql = f"SELECT {columns} FROM ({keys_sql}) dbqueue_keys ORDER BY dbqueue_keys.dbqueue_key"
+        return sql, (*params, *keys_params)
+
+    def fair_keys_sql(
+        self, rows: Any, key: str, limit: int, budget: int | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """A derived table of up to ``limit`` keys of the READY ``rows`` (a QuerySet
+        without a state filter) in key order, NULL left out: columns ``dbqueue_key`` and
+        ``dbqueue_rows``, the index entries read for the key (NULL when not counted).
+
+        MySQL and MariaDB read it from an index on ``(queue_state, key)``. With a
+        ``budget``, the first ``budget`` entries in key order, grouped (many small keys: about
+        ``limit`` entries); the caller sees from the counts that the budget ran out before
+        ``limit`` keys (a few keys of many rows each) and asks again without one: then
+        grouped by both columns, which MariaDB reads as a loose index scan, one dive per key
+        however many rows each holds. The range on ``queue_state`` (BETWEEN, not =) keeps
+        MariaDB 10.11 on these plans instead of a ``ref`` read of every READY row, and the
+        loose scan needs an index without descending parts."""
+        column = self.connection.ops.quote_name(rows.model._meta.get_field(key).column)
+        keys = rows.filter(
+            queue_state__range=(QueueState.READY, QueueState.READY), **{f"{key}__isnull": False}
+        ).order_by()
+        if budget is None:
+            loose = keys.values("queue_state", key).distinct().order_by("queue_state", key)[:limit]
+            sql, params = loose.query.sql_with_params()
+            columns = f"dbqueue_k.{column} AS dbqueue_key, NULL AS dbqueue_rows"
+            return f"SELECT {columns} FROM ({sql}) dbqueue_k", tuple(params)
+        sql, params = keys.order_by(key).values(key)[:budget].query.sql_with_params()
+        grouped = (
+            f"SELECT dbqueue_k.{column} AS dbqueue_key, COUNT(*) AS dbqueue_rows FROM ({sql}) dbqueue_k "
+            f"GROUP BY dbqueue_k.{column} ORDER BY dbqueue_k.{column} LIMIT %s"
+        )
+        return grouped, (*params, limit)
 
     # -- errors ----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 class SQLiteBackend(QueueBackend):
     vendor = "sqlite"
     skip_locked = False
+    bounded_fair = False
 
     def is_lock_conflict(self, exc: BaseException) -> bool:
         text = str(exc)

@@ -8,9 +8,11 @@ transaction:
   SELECT, index-driven with an index on ``(queue_state, queue_run_at)``, which a system check
   asks for), then the plain claim fills what is left;
 * fair share: the fair order (without locks: the keys' running rows and the round robin's
-  turn, two small reads, then one ranking SELECT, :mod:`.ranking`), then the chosen
-  rows locked by primary key with ``SKIP LOCKED``, a batch's worth at a time, until the batch
-  is full or the candidates run out. Each statement locks only rows it takes, so concurrent
+  turn, two small reads, then the rows that can be offered, :mod:`.bounded`; or, on SQLite,
+  with aging or with weights through the key's relation, one SELECT ranking every due row,
+  :mod:`.ranking`), then the chosen rows locked by primary key with ``SKIP LOCKED``, a
+  batch's worth at a time, until the batch is full or the candidates run out. Each
+  statement locks only rows it takes, so concurrent
   claimers that computed the same order pass each other's rows by instead of waiting, and a
   row another claimer took meanwhile is no longer READY, so the re-checked WHERE drops it.
   Last, one UPDATE moves the turn past the last key taken (:mod:`.rotation`).
@@ -22,9 +24,10 @@ from typing import Any
 
 from django.db import models
 
-from ..backends import DbNow, db_now_plus
+from ..backends import DbNow, backend_for, db_now_plus
 from ..conf import settings
 from . import rotation
+from .bounded import bounded_order
 from .options import FairShare, fair_share_of
 from .ranking import fair_order
 
@@ -56,17 +59,43 @@ def _aged_first(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> 
     return taken
 
 
+def _bounded(qs: Any, fair: FairShare) -> bool:
+    """Whether the fair order comes from the bounded read (:mod:`.bounded`): not for aging
+    nor weights through the key's relation, nor on SQLite (one window SELECT there)."""
+    return fair.aging is None and not isinstance(fair.weights, str) and backend_for(qs.db).bounded_fair
+
+
+def _windows(qs: Any, fair: FairShare, limit: int) -> list[int]:
+    """How many rows of the fair order each pass offers: the bounded read first offers one
+    per row wanted (all a lone claimer needs), then the full window if concurrent claimers
+    took some; the ranking of every due row offers the full window at once."""
+    full = limit * settings.FAIR_CANDIDATES
+    return [limit, full] if _bounded(qs, fair) and full > limit else [full]
+
+
 def _fair(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[Candidate]:
     ready = qs.ready()
-    order = fair_order(qs, fair, limit * settings.FAIR_CANDIDATES)
-    key_of = dict(order)
     taken: list[Candidate] = []
+    key_of: dict[Any, Any] = {}
+    for window in _windows(qs, fair, limit):
+        order = bounded_order(qs, fair, window) if _bounded(qs, fair) else fair_order(qs, fair, window)
+        fresh = [(pk, key) for pk, key in order if pk not in key_of]
+        key_of.update(order)
+        _lock_in_order(ready, fresh, limit, also, taken)
+        if len(taken) >= limit:
+            break
+    if taken:
+        rotation.served(qs.model, qs.db, key_of[taken[-1][0]])
+    return taken
+
+
+def _lock_in_order(
+    ready: Any, order: list[tuple[Any, Any]], limit: int, also: tuple[str, ...], taken: list[Candidate]
+) -> None:
+    """Lock rows of ``order`` by primary key, a batch's worth at a time, into ``taken``."""
     start = 0
     while len(taken) < limit and start < len(order):
         chunk = [pk for pk, _ in order[start : start + limit - len(taken)]]
         start += len(chunk)
         locked = {row[0]: row for row in _locking(ready.filter(pk__in=chunk).order_by(), also)}
         taken.extend(locked[pk] for pk in chunk if pk in locked)
-    if taken:
-        rotation.served(qs.model, qs.db, key_of[taken[-1][0]])
-    return taken

@@ -25,15 +25,22 @@ def _turns(model: type[models.Model], using: str) -> models.QuerySet:
     return QueueFairTurn._default_manager.using(using).filter(model=model._meta.label)
 
 
+def last_served(model: type[models.Model], using: str, key: str) -> tuple[bool, Any]:
+    """Whether the model has a turn, and the key its last claim served last (one small read)."""
+    text = _turns(model, using).values_list("last_key", flat=True).first()
+    if not text:
+        return False, None
+    try:
+        return True, model._meta.get_field(key).to_python(text)  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - a turn that does not read back starts from the first key
+        return False, None
+
+
 def rotation_order(model: type[models.Model], using: str, key: str) -> list[Any]:
     """Order expressions: keys after the last one served first, then the rest, by key."""
     by_key = F(key).asc()
-    text = _turns(model, using).values_list("last_key", flat=True).first()
-    if not text:
-        return [by_key]
-    try:
-        last = model._meta.get_field(key).to_python(text)  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - a turn that does not read back starts from the first key
+    served, last = last_served(model, using, key)
+    if not served:
         return [by_key]
     after = Case(When(Q(**{f"{key}__gt": last}), then=Value(0)), default=Value(1))
     return [after.asc(), by_key]

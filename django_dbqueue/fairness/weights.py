@@ -40,22 +40,38 @@ def weight_expression(model: type[models.Model], fair: FairShare) -> Any:
     return _case(model, fair.key, table)
 
 
-def _case(model: type[models.Model], key: str, table: Any) -> Any:
+def weight_table(model: type[models.Model], fair: FairShare) -> dict[Any, float]:
+    """The weights that differ from 1, by key, for a mapping or a callable (called once);
+    a path through the key's relation is read by the ranking's join instead (empty here)."""
+    weights = fair.weights
+    if weights is None or isinstance(weights, str):
+        return {}
+    return _valid(model, weights() if callable(weights) else weights)
+
+
+def _valid(model: type[models.Model], table: Any) -> dict[Any, float]:
     if not isinstance(table, Mapping):
         logger.error(
             "%s.queue_fair_weights returned %r, not a mapping: every key weighs 1", model._meta.label, table
         )
-        return Value(DEFAULT_WEIGHT)
-    whens, bad = [], []
+        return {}
+    valid, bad = {}, []
     for value, weight in table.items():
         if not positive_number(weight):
             bad.append(value)
         elif float(weight) != DEFAULT_WEIGHT:
-            whens.append(When(Q(**{key: value}), then=Value(float(weight))))
+            valid[value] = float(weight)
     if bad:
         logger.error(
             "%s: keys %r have weights that are not positive numbers: they weigh 1", model._meta.label, bad[:5]
         )
+    return valid
+
+
+def _case(model: type[models.Model], key: str, table: Any) -> Any:
+    whens = [
+        When(Q(**{key: value}), then=Value(weight)) for value, weight in _valid(model, table).items()
+    ]
     if not whens:
         return Value(DEFAULT_WEIGHT)
     return Case(*whens, default=Value(DEFAULT_WEIGHT), output_field=models.FloatField())

@@ -541,6 +541,13 @@ class FairJob(FlowJob):
     queue_fair_key = "customer"
     queue_fair_weights = {"gold": 3}
 
+    class Meta(QueueMixin.Meta):
+        indexes = [
+            *QueueMixin.Meta.indexes,
+            models.Index(fields=["queue_state", "customer", "-queue_priority", "queue_run_at", "id"]),
+            models.Index(fields=["queue_state", "customer"]),
+        ]
+
 
 class AgedJob(FlowJob):
     """A row due for 2 s is taken before higher priorities (issue #37)."""
@@ -569,6 +576,13 @@ class TenantJob(QueueMixin):
     queue_fair_weights = "tenant__fair_weight"
     queue_concurrency_limit = 4  # with a per-key limit too: the gate admits from the fair order
     queue_limit_key = "tenant"
+
+    class Meta(QueueMixin.Meta):
+        indexes = [
+            *QueueMixin.Meta.indexes,
+            models.Index(fields=["queue_state", "tenant", "-queue_priority", "queue_run_at", "id"]),
+            models.Index(fields=["queue_state", "tenant"]),
+        ]
 
     def process(self) -> None:
         return None

@@ -108,11 +108,20 @@ def test_bad_options_get_a_system_check() -> None:
         class Meta(QueueMixin.Meta):
             app_label = "testapp"
 
+    class FairWithoutIndexes(QueueMixin):
+        customer = models.CharField(max_length=10)
+        queue_fair_key = "customer"
+
+        class Meta(QueueMixin.Meta):
+            app_label = "testapp"
+
     found = {(m.id, m.msg.split(" ")[0]) for m in _check_model(BadFair)}
     assert ("django_dbqueue.E050", "testapp.BadFair.queue_aging") in found
     assert ("django_dbqueue.E050", "testapp.BadFair.queue_fair_key") in found
     assert [m.id for m in _check_model(BadWeights)] == ["django_dbqueue.E050", "django_dbqueue.W001"]
     assert "django_dbqueue.W050" in [m.id for m in _check_model(AgingWithoutIndex)]
+    assert "django_dbqueue.W051" in [m.id for m in _check_model(FairWithoutIndexes)]
+    assert "django_dbqueue.W051" not in [m.id for m in _check_model(FairJob)]
     assert fair_share_of(FairJob) is not None and fair_share_of(FairJob).key == "customer"
 
 

@@ -1,0 +1,192 @@
+"""The fair order from a bounded read: its cost grows with the keys a claim serves, not with
+the backlog of due rows.
+
+The order is the one :mod:`.ranking` defines (a key's n-th due row ranks ``(n + held) /
+weight``; rows go by rank, then priority, then the round robin among keys), but only the
+rows that can be among the first ``window`` are read:
+
+* Keys are walked in the round robin's order (after the key served last, then from the
+  first), each with its head row (:func:`.heads.walk`), until ``window`` keys with nothing
+  running and a weight of at least 1 have a due head. Their heads all rank 1 or better, and
+  every key not walked comes later in the round robin: its head (rank 1 at best) cannot pass
+  them, so no row of an unwalked key is among the first ``window`` rows, unless its weight
+  is above 1. Those keys (named by the weights, a few) are read as well, and so is the key
+  NULL, which takes its turn after every key.
+* When the walk runs out of keys first, every key with work has been seen; how many rows
+  each can place is then computed from the ranks alone (``window`` ranks merged over the
+  keys, ties at the last rank included), and only the keys that can place more than their
+  head are read again, ``LIMIT n`` each (:func:`.heads.first_rows`). A key that has fewer
+  rows than asked frees places for the others: the merge runs again with what is known.
+
+Ranking these rows in Python as :mod:`.ranking` ranks every due row gives the same first
+``window`` rows. Not covered (``pick`` ranks every due row for them instead): aging, whose
+order within a key is not an index's, and weights read through the key's relation.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import models
+from django.db.models import Count
+
+from ..states import QueueState
+from . import heads, rotation
+from .heads import Row
+from .options import DEFAULT_WEIGHT, FairShare
+from .weights import weight_table
+
+#: Index entries a walk reads per key it asks for, at least (MySQL/MariaDB: see
+#: ``fair_keys_sql``), and at most before it walks key by key (a loose index scan) instead.
+BUDGET, MAX_BUDGET = 4, 64
+#: Index entries per key the last budgeted walk of a model (by database) found, when it ran
+#: out of its budget: the next walks ask for that many per key (half as many again). A hint
+#: of this process only: any budget, or none, gives the same keys.
+_ROWS_PER_KEY: dict[tuple[str, str], float] = {}
+
+
+def _budget(memory: tuple[str, str], step: int) -> int | None:
+    per_key = max(BUDGET, 1.5 * _ROWS_PER_KEY.get(memory, 0))
+    return None if per_key > MAX_BUDGET else int(per_key * step)
+
+
+def _remember(
+    memory: tuple[str, str], budget: int | None, walked: int, step: int, stopped_early: bool
+) -> None:
+    if budget is not None and stopped_early:
+        _ROWS_PER_KEY[memory] = budget / max(walked, 1)
+    elif budget is None and walked >= step:
+        _ROWS_PER_KEY.pop(memory, None)  # a loose scan that found every key it asked for: many keys
+    elif memory in _ROWS_PER_KEY:
+        # Keys thinning out (or a loose scan that found plenty): a little less next time,
+        # so a model whose keys became small goes back to the budgeted read.
+        _ROWS_PER_KEY[memory] *= 0.9 if budget is not None else 0.5
+
+
+@dataclass
+class Key:
+    """What the ranking knows of one key: its place in the round robin, its rows in flight,
+    its weight, its first due rows read so far, and whether those are all it has."""
+
+    position: int
+    held: int
+    weight: float
+    rows: list[Row] = field(default_factory=list)
+    complete: bool = False
+
+    def rank(self, number: int) -> float:
+        return (number + self.held) / self.weight
+
+    @property
+    def full_rank(self) -> bool:
+        """Its head ranks 1 or better (nothing running, a weight of at least 1)."""
+        return self.held == 0 and self.weight >= DEFAULT_WEIGHT
+
+
+def held_counts(qs: models.QuerySet, key: str) -> dict[Any, int]:
+    """Each key's RUNNING rows (a small read: the running rows are few)."""
+    running = qs.filter(queue_state=QueueState.RUNNING).order_by().values(key).annotate(n=Count("pk"))
+    return dict(running.values_list(key, "n"))
+
+
+def bounded_order(qs: models.QuerySet, fair: FairShare, window: int) -> list[tuple[Any, Any]]:
+    """``(pk, key)`` of the first ``window`` due rows of ``qs`` in fair order."""
+    assert fair.key is not None
+    held = held_counts(qs, fair.key)
+    weights = weight_table(qs.model, fair)
+    keys, walked_all = _walk(qs, fair.key, window, held, weights)
+    _add_unwalked(keys, held, weights, walked_all)
+    _read_places(qs, fair.key, keys, window)
+    ranked = [
+        (key.rank(number), -row[2], key.position, number, row)
+        for key in keys.values()
+        for number, row in enumerate(key.rows, start=1)
+    ]
+    ranked.sort(key=lambda entry: entry[:4])
+    return [(row[0], row[1]) for *_, row in ranked[:window]]
+
+
+def _segments(qs: models.QuerySet, key: str) -> list[models.QuerySet]:
+    """The round robin's order as key ranges: after the key served last, then the rest."""
+    served, last = rotation.last_served(qs.model, qs.db, key)
+    if not served:
+        return [qs]
+    return [qs.filter(**{f"{key}__gt": last}), qs.filter(**{f"{key}__lte": last})]
+
+
+def _walk(
+    qs: models.QuerySet, key: str, window: int, held: dict[Any, int], weights: dict[Any, float]
+) -> tuple[dict[Any, Key], bool]:
+    """Keys with a due head in round-robin order, until ``window`` of them rank 1 or better;
+    and whether every key with READY rows was walked."""
+    keys: dict[Any, Key] = {}
+    full = 0
+    step = window + len(held)  # held keys may take places in the walk without filling it
+    walker = heads.Walker(qs, key)
+    memory = (qs.db, qs.model._meta.label)
+    for segment in _segments(qs, key):
+        after: Any = None
+        budget = _budget(memory, step)
+        while True:
+            part = segment if after is None else segment.filter(**{f"{key}__gt": after})
+            walked, stopped_early = walker.walk(part, step, budget)
+            _remember(memory, budget, len(walked), step, stopped_early)
+            for value, head in walked:
+                if head is None or value in keys:
+                    continue
+                found = Key(len(keys), held.get(value, 0), weights.get(value, DEFAULT_WEIGHT), [head])
+                keys[value] = found
+                full += found.full_rank
+            if full >= window:
+                return keys, False
+            if len(walked) < step and not stopped_early:
+                break
+            if stopped_early:  # keys of more rows than budgeted: a bigger budget, or key by key
+                budget = _budget(memory, step)
+            after = walked[-1][0]
+    return keys, True
+
+
+def _add_unwalked(
+    keys: dict[Any, Key], held: dict[Any, int], weights: dict[Any, float], walked_all: bool
+) -> None:
+    """The keys the walk did not reach that may still place rows: weights above 1 (their
+    heads rank better than 1), and the key NULL when every other key was walked."""
+    extra = [value for value, weight in weights.items() if weight > DEFAULT_WEIGHT and value not in keys]
+    if walked_all and None not in extra:
+        extra.append(None)
+    for value in extra:
+        keys[value] = Key(len(keys), held.get(value, 0), weights.get(value, DEFAULT_WEIGHT))
+
+
+def places(keys: dict[Any, Key], window: int) -> dict[Any, int]:
+    """How many rows each key places among the first ``window`` by rank alone (its rows
+    unread assumed to exist unless it is complete), ties at the last rank included."""
+    heap = [(key.rank(1), key.position, value, 1) for value, key in keys.items() if _has(key, 1)]
+    heapq.heapify(heap)
+    placed: dict[Any, int] = {}
+    taken, last = 0, None
+    while heap and (taken < window or heap[0][0] == last):
+        rank, position, value, number = heapq.heappop(heap)
+        placed[value], last, taken = number, rank, taken + 1
+        if _has(keys[value], number + 1):
+            heapq.heappush(heap, (keys[value].rank(number + 1), position, value, number + 1))
+    return placed
+
+
+def _has(key: Key, number: int) -> bool:
+    return not key.complete or number <= len(key.rows)
+
+
+def _read_places(qs: models.QuerySet, key: str, keys: dict[Any, Key], window: int) -> None:
+    """Read the rows each key places, again while a key turns out to have fewer."""
+    while True:
+        wanted = {value: n for value, n in places(keys, window).items() if n > len(keys[value].rows)}
+        wanted = {value: n for value, n in wanted.items() if not keys[value].complete}
+        if not wanted:
+            return
+        for value, rows in heads.first_rows(qs, key, wanted).items():
+            keys[value].rows = rows
+            keys[value].complete = len(rows) < wanted[value]

@@ -1,0 +1,114 @@
+"""The bounded fair order (fairness/bounded.py) on the real server: the same rows, in the same
+order, as the ranking of every due row (fairness/ranking.py), and a claim over a backlog of
+20,000 due rows in 20,000 keys reads a bounded number of index entries, whatever the backlog
+(counted by the server, not timed)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_dbqueue.backends import backend_for
+from django_dbqueue.fairness import bounded, rotation
+from django_dbqueue.fairness.bounded import bounded_order
+from django_dbqueue.fairness.options import fair_share_of
+from django_dbqueue.fairness.ranking import fair_order
+from django_dbqueue.states import QueueState
+from tests.conftest import every_database
+from tests.testapp.models import FairJob
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    every_database("the walk over the keys is each server's own SQL (backends/)"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _bounded_backend() -> None:
+    if not backend_for("default").bounded_fair:
+        pytest.skip("SQLite ranks every due row (one writer; correct, not fast)")
+    bounded._ROWS_PER_KEY.clear()  # the walk's hint of this process: each test starts without
+
+
+def _scenario(seed: int) -> None:
+    """Keys of very different sizes, priorities within and across keys, rows in flight, the
+    weighted key "gold" (3), and a turn somewhere in the middle."""
+    rng = random.Random(seed)
+    names = [f"k{n:02}" for n in range(rng.randint(3, 40))] + ["gold"]
+    rows = [
+        FairJob(customer=rng.choice(names), queue_priority=rng.choice((0, 0, 0, 5, 10)))
+        for _ in range(rng.randint(50, 400))
+    ]
+    FairJob.objects.bulk_create(rows)
+    running = rng.sample([row.pk for row in rows], k=rng.randint(0, 20))
+    FairJob.objects.filter(pk__in=running).update(queue_state=QueueState.RUNNING)
+    if rng.random() < 0.7:
+        rotation.served(FairJob, "default", rng.choice(names))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bounded_order_is_the_ranking_of_every_due_row(seed: int) -> None:
+    _scenario(seed)
+    fair = fair_share_of(FairJob)
+    assert fair is not None
+    for window in (1, 5, 20, 100):
+        assert bounded_order(FairJob.objects.all(), fair, window) == fair_order(
+            FairJob.objects.all(), fair, window
+        ), f"seed {seed}, window {window}"
+
+
+def _handler_reads(run) -> int:
+    """MariaDB/MySQL: the index and table entries the session read while ``run()`` ran."""
+    with connection.cursor() as cursor:
+        cursor.execute("FLUSH STATUS")
+        run()
+        cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+        return sum(int(value) for _, value in cursor.fetchall())
+
+
+def _plan_rows(sql: str) -> int:
+    """PostgreSQL: the rows every scan of a statement's plan returned, summed over loops
+    (the statement as captured: the driver inlines its parameters)."""
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.replace("%", "%%"))
+        plan = cursor.fetchone()[0]
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+
+    def scanned(node: dict) -> int:
+        own = node["Actual Rows"] * node["Actual Loops"] if "Scan" in node["Node Type"] else 0
+        return own + sum(scanned(child) for child in node.get("Plans", []))
+
+    return scanned(plan[0]["Plan"])
+
+
+def test_a_claim_over_twenty_thousand_keys_reads_a_bounded_number_of_entries() -> None:
+    FairJob.objects.bulk_create([FairJob(customer=f"c{n:05}") for n in range(20_000)], batch_size=5000)
+    FairJob.objects.claim(100)  # a turn in the middle of the keys
+    read = -1
+    with CaptureQueriesContext(connection) as captured:
+        if connection.vendor == "mysql":
+            read = _handler_reads(lambda: FairJob.objects.claim(100))
+        else:
+            FairJob.objects.claim(100)
+    statements = [q["sql"] for q in captured.captured_queries]
+    statements = [sql for sql in statements if sql not in ("BEGIN", "COMMIT", "FLUSH STATUS")]
+    statements = [sql for sql in statements if not sql.startswith("SHOW SESSION STATUS")]
+    assert not any("ROW_NUMBER" in sql.upper() for sql in statements)
+    # the paused queues, the keys' RUNNING rows, the turn, the walk, the first rows of the
+    # weighted key "gold" (the walk did not reach it; it has none), the lock, the turn's
+    # UPDATE, the claim's UPDATE, the load of the rows
+    assert len(statements) <= 9, "\n".join(sql[:100] for sql in statements)
+    if connection.vendor == "mysql":
+        # 200 keys walked (100 due, and 100 more for the 100 keys with a row in flight: their
+        # first 800 index entries, a derived table, two dives each for the head; ~4,600
+        # reads), 100 rows locked and loaded, 100 RUNNING rows counted: a ranking of every due
+        # row reads all 20,000 and sorts them.
+        assert read < 6_000, read
+    else:
+        # One index dive per key walked (200, see above), each returning one row.
+        walk = next(sql for sql in statements if sql.startswith("WITH RECURSIVE"))
+        assert _plan_rows(walk) < 1_000
