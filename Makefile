@@ -10,7 +10,7 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-passes test-databases test-mariadb test-postgresql test-admin test-sqlite test-spark test-install test-django \
-        lint check docs screenshots package example test-python model-check protocol-hypothesis bench bench-quick bench-startup bench-scale bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
+        lint check docs screenshots package example test-python model-check protocol-hypothesis bench bench-quick bench-startup bench-scale bench-flow bench-request-reply bench-atomic-ceiling chaos chaos-workflows faults soak soak-quick netns clean
 
 help:
 	@echo "make example   - run the example shop end to end: Python >= 3.10 and SQLite only, no root"
@@ -20,6 +20,8 @@ help:
 	@echo "                 on Django 6.0 (PostgreSQL; make test-django-60) and on Python 3.10 (MariaDB)"
 	@echo "                 and 3.11 (SQLite) with Django 5.2 LTS"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
+	@echo "make chaos-workflows - 2,000 5-step workflows a mode under SIGKILLs and a server crash, private"
+	@echo "                 MariaDB then PostgreSQL: each step once, every workflow finished (~15 min)"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
 	@echo "make soak      - 30 minutes at 70% of capacity, a worker SIGKILL a minute, purges (SOAK_MINUTES=30)"
 	@echo "make netns     - many hosts over a real network (root): partitions and a slow link (~4 min)"
@@ -245,6 +247,21 @@ test-django-%: venv services .venv-django%/.installed
 CHAOS_RESULTS ?= tests/chaos/results
 chaos: venv
 	$(PY) -m tests.chaos --long --json $(CHAOS_RESULTS)/long-run-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
+
+# Durable workflows under chaos (issue #36; RELIABILITY.md "Workflows under chaos"): 2,000 5-step
+# workflows in atomic mode and 2,000 in lease mode, 2 runqueues x 2 worker processes, a worker
+# SIGKILLed every ~3 s (every 5th kill a whole runqueue) and one crash of the server, first on a
+# private MariaDB, then on a private PostgreSQL cluster (initdb/pg_ctl in the run's own temporary
+# folder; never the shared servers). Checks every step's effect once (atomic; lease: again only
+# after a kill), no step run after its checkpoint committed, every workflow finished. Prints each
+# run's table; its results JSON goes to CHAOS_RESULTS. ~7 min a server on a busy machine. Not in
+# `make test`: its quick variant (60 rows a mode, MariaDB) is tests/chaos/test_chaos_workflows_quick.py.
+CHAOS_WORKFLOWS_ARGS ?=
+chaos-workflows: venv
+	$(PY) -m tests.chaos.workflows $(CHAOS_WORKFLOWS_ARGS) \
+	  --json $(CHAOS_RESULTS)/workflows-mariadb-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
+	$(PY) -m tests.chaos.workflows --postgresql $(CHAOS_WORKFLOWS_ARGS) \
+	  --json $(CHAOS_RESULTS)/workflows-postgresql-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
 
 # The fault table of issue #21 (RELIABILITY.md): one fault per scenario, each on a fresh database
 # of the shared servers (dbq_faults_*, dropped after), real runqueue processes. Not in `make test`.
