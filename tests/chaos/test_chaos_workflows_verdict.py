@@ -45,11 +45,11 @@ def test_a_step_run_after_its_checkpoint_is_caught_in_both_modes() -> None:
 def test_lease_reruns_are_explained_by_the_first_runs_fault_or_caught() -> None:
     ledger = [(1, 2, 10, False), *each_step_once(pid=20)]  # pid 10 ran step 2 of row 1 first
     killed = counters(finished("lease", ledger), Faults(killed_pids={10}))
-    assert killed["lease: ... whose first run's worker was SIGKILLed"] == 1 and zeros(killed) == {}
+    assert killed["lease: cut-short runs whose worker was SIGKILLed"] == 1 and zeros(killed) == {}
     lost = counters(finished("lease", ledger), Faults(disconnected_pids={10}))
-    assert lost["lease: ... whose first run's worker lost its database session"] == 1 and zeros(lost) == {}
+    assert lost["lease: cut-short runs whose worker lost its database session"] == 1 and zeros(lost) == {}
     unexplained = counters(finished("lease", ledger), Faults(killed_pids={20}))
-    assert zeros(unexplained) == {"lease: steps run again without a kill or a lost session": 1}
+    assert zeros(unexplained) == {"lease: cut-short runs without a kill or a lost session": 1}
 
 
 def test_missing_steps_unfinished_rows_and_wrong_checkpoints_are_caught() -> None:

@@ -235,7 +235,7 @@ class WorkflowChaos:
             found.update(counters(self.mode(name, model), faults))
         with connection.cursor() as cursor:
             cursor.execute("SELECT VERSION()")
-            version = cursor.fetchone()[0]
+            version = cursor.fetchone()[0].split(" on ")[0]
         return {
             "server": f"private {self.config.server} server: {version}",
             "counters": found,

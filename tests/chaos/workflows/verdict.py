@@ -61,10 +61,10 @@ def counters(mode: Mode, faults: Faults) -> dict[str, int]:
         return out
     reruns = [r for r in runs.values() if len(r) > 1]
     cut_short = Counter(_cause(pid, faults) for r in reruns for pid, _ in r[:-1])
-    out["lease: steps run again after their run was cut short"] = len(reruns)
-    out["lease: ... whose first run's worker was SIGKILLed"] = cut_short["killed"]
-    out["lease: ... whose first run's worker lost its database session"] = cut_short["disconnected"]
-    out["lease: steps run again without a kill or a lost session"] = cut_short["unexplained"]
+    out["lease: steps run more than once (a run cut short before the checkpoint)"] = len(reruns)
+    out["lease: cut-short runs whose worker was SIGKILLed"] = cut_short["killed"]
+    out["lease: cut-short runs whose worker lost its database session"] = cut_short["disconnected"]
+    out["lease: cut-short runs without a kill or a lost session"] = cut_short["unexplained"]
     return out
 
 
@@ -86,7 +86,7 @@ MUST_BE_ZERO = (
     "atomic: steps run after their checkpoint committed",
     "lease: steps run after their checkpoint committed",
     "atomic: steps whose effect committed more than once",
-    "lease: steps run again without a kill or a lost session",
+    "lease: cut-short runs without a kill or a lost session",
 )
 
 
