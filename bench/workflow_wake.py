@@ -22,10 +22,10 @@ the step "woke" and ends. So a row that woke once ran twice; ``runs`` says how o
    ``COMMIT`` and ``SET autocommit`` (``bench/stmtcount.py``).
 3. The sleepers of an hour are deleted. Another process sends the waiters their events, each
    in a transaction of its own with the database's time in its data, while ``--rows``
-   sleepers of ``--sleep`` s are inserted, each at ``--rate`` a second (by default a quarter
-   of the capacity: a sleeper's park, its wake and an event are three runs, so the workers
-   are 3/4 busy and the lateness is the wake-up's, not a backlog's). A sleeper's clock starts
-   at its first run.
+   sleepers of ``--sleep`` s are inserted, each at ``--rate`` a second (by default a sixth of
+   the capacity: a sleeper's park, its wake and an event are three runs, so the workers are
+   half busy and the lateness is the wake-up's, not a backlog's; at a quarter, the first full
+   run here fell behind the feed by 25 s). A sleeper's clock starts at its first run.
 4. When every row ended, the lateness of each wake: the "woke" step's start (its checkpoint's
    ``started_at``, the database's clock as the run knew it) minus the sleep's end (the sleep
    checkpoint's ``wake_at``) or the event's send (the time in its data, read in the sender's
@@ -161,14 +161,14 @@ def park_phase(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
 def wake_phase(args: argparse.Namespace, env: dict[str, str], capacity: float) -> dict[str, Any]:
     """The sleepers of an hour gone, the waiters' events sent from another process and
     ``--rows`` sleepers of ``--sleep`` s fed, side by side, each at ``--rate`` (by default a
-    quarter of the capacity: parks, sleep ends and events together keep the workers 3/4
-    busy, so the lateness is the wake-up's, not a backlog's)."""
+    sixth of the capacity: parks, sleep ends and events together keep the workers half busy,
+    so the lateness is the wake-up's, not a backlog's)."""
     hour = WorkflowWake.objects.filter(nap=3600)
     WorkflowStep.objects.filter(
         model=LABEL, object_pk__in=[str(pk) for pk in hour.values_list("pk", flat=True)]
     ).delete()
     hour.delete()
-    rate = args.rate or capacity / 4
+    rate = args.rate or capacity / 6
     waiters = list(WorkflowWake.objects.order_by("pk").values_list("pk", flat=True))
     connections.close_all()
     worker = runqueue(env, args.workers)
@@ -178,14 +178,18 @@ def wake_phase(args: argparse.Namespace, env: dict[str, str], capacity: float) -
         proc = multiprocessing.get_context("fork").Process(target=sender, args=(waiters, rate))
         proc.start()
         feed_sleepers(args.rows, args.sleep, rate)
+        fed = time.monotonic()
         ended = lambda: not WorkflowWake.objects.exclude(queue_state="succeeded").exists()  # noqa: E731
         wait_for("waking", ended, timeout=args.timeout + args.sleep)
+        done = time.monotonic()
         proc.join(timeout=60)
     finally:
         stop(worker)
     return {
         "rate/s": round(rate, 1),
-        "fed, woken and ended in s": round(time.monotonic() - started, 1),
+        "fed, woken and ended in s": round(done - started, 1),
+        # Past the last sleeper's sleep: how far the workers were behind the feed at its end.
+        "ended after the last feed + sleep, s": round(done - fed - args.sleep, 1),
         **lateness(args.rows),
     }
 
@@ -288,7 +292,8 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> list[str]:
         f"{2 * args.rows} rows parked in {park['parked in s']} s ({park['capacity runs/s']} runs/s); "
         f"then {args.rows} sleepers of {args.sleep:g} s fed and {args.rows} parked waiters' events sent "
         f"from another process, each {wake['rate/s']}/s; all woken and ended in "
-        f"{wake['fed, woken and ended in s']} s\n"
+        f"{wake['fed, woken and ended in s']} s, {wake['ended after the last feed + sleep, s']} s after the "
+        "last sleeper's sleep\n"
     )
     print("| kind | woke | runs per row (all rows) | lateness p50 s | p95 s | max s |")
     print("|---|---:|---|---:|---:|---:|")
@@ -328,7 +333,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000, help="sleepers, and as many waiters (10,000)")
     parser.add_argument("--sleep", type=float, default=30.0, help="the sleepers' sleep, s (30)")
     parser.add_argument(
-        "--rate", type=float, default=0, help="sleepers fed and events sent a second (default: capacity / 4)"
+        "--rate", type=float, default=0, help="sleepers fed and events sent a second (default: capacity / 6)"
     )
     parser.add_argument("--workers", type=int, default=2, help="runqueue worker processes (2)")
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="idle window counted, s (30)")
