@@ -10,7 +10,7 @@ PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
 .PHONY: help venv system-deps services test test-passes test-databases test-mariadb test-postgresql test-admin test-sqlite test-spark test-install test-django \
-        lint check docs screenshots package example test-python model-check protocol-hypothesis bench bench-quick bench-startup bench-scale bench-flow bench-request-reply bench-atomic-ceiling chaos faults soak soak-quick netns clean
+        lint check docs screenshots package example test-python model-check protocol-hypothesis bench bench-quick bench-startup bench-scale bench-flow bench-request-reply bench-atomic-ceiling bench-workflows chaos chaos-workflows faults soak soak-quick netns clean
 
 help:
 	@echo "make example   - run the example shop end to end: Python >= 3.10 and SQLite only, no root"
@@ -20,6 +20,8 @@ help:
 	@echo "                 on Django 6.0 (PostgreSQL; make test-django-60) and on Python 3.10 (MariaDB)"
 	@echo "                 and 3.11 (SQLite) with Django 5.2 LTS"
 	@echo "make chaos     - the long fault-injection run (50,000 rows, kills, DB restarts) on a private MariaDB"
+	@echo "make chaos-workflows - 2,000 5-step workflows a mode under SIGKILLs and a server crash, private"
+	@echo "                 MariaDB then PostgreSQL: each step once, every workflow finished (~15 min)"
 	@echo "make faults    - issue #21's fault table: poison rows, leaks, read-only, 100 workers (~4 min)"
 	@echo "make soak      - 30 minutes at 70% of capacity, a worker SIGKILL a minute, purges (SOAK_MINUTES=30)"
 	@echo "make netns     - many hosts over a real network (root): partitions and a slow link (~4 min)"
@@ -34,6 +36,8 @@ help:
 	@echo "make bench-startup - runqueue's start-up time and the package's import time, against a 0.67 s floor"
 	@echo "make bench-flow - the claim's cost with per-key limits, as a ratio to the plain claim"
 	@echo "make bench-request-reply - 1,000 request-reply calls from 8 processes: p95 round trip (MariaDB, PostgreSQL)"
+	@echo "make bench-workflows - 10,000 sleeping and 10,000 event-waiting workflows: wake lateness, wakes"
+	@echo "                 per row, idle statements/s with parked rows (MariaDB, PostgreSQL; WAKE_ARGS=...)"
 	@echo "make bench-atomic-ceiling - atomic mode's statements in raw SQL, four ways, against 'ack each'"
 	@echo "make bench-spark - the Spark pipeline, 10M rows, on a standalone cluster and on local[*] (~30 min)"
 	@echo "make test-spark-cluster - the pipeline on a Spark standalone cluster started by the test (~4 min)"
@@ -246,6 +250,21 @@ CHAOS_RESULTS ?= tests/chaos/results
 chaos: venv
 	$(PY) -m tests.chaos --long --json $(CHAOS_RESULTS)/long-run-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
 
+# Durable workflows under chaos (issue #36; RELIABILITY.md "Workflows under chaos"): 2,000 5-step
+# workflows in atomic mode and 2,000 in lease mode, 2 runqueues x 2 worker processes, a worker
+# SIGKILLed every ~3 s (every 5th kill a whole runqueue) and one crash of the server, first on a
+# private MariaDB, then on a private PostgreSQL cluster (initdb/pg_ctl in the run's own temporary
+# folder; never the shared servers). Checks every step's effect once (atomic; lease: again only
+# after a kill), no step run after its checkpoint committed, every workflow finished. Prints each
+# run's table; its results JSON goes to CHAOS_RESULTS. ~7 min a server on a busy machine. Not in
+# `make test`: its quick variant (60 rows a mode, MariaDB) is tests/chaos/test_chaos_workflows_quick.py.
+CHAOS_WORKFLOWS_ARGS ?=
+chaos-workflows: venv
+	$(PY) -m tests.chaos.workflows $(CHAOS_WORKFLOWS_ARGS) \
+	  --json $(CHAOS_RESULTS)/workflows-mariadb-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
+	$(PY) -m tests.chaos.workflows --postgresql $(CHAOS_WORKFLOWS_ARGS) \
+	  --json $(CHAOS_RESULTS)/workflows-postgresql-$$(date -u +%Y%m%dT%H%M%SZ)-$$$$.json
+
 # The fault table of issue #21 (RELIABILITY.md): one fault per scenario, each on a fresh database
 # of the shared servers (dbq_faults_*, dropped after), real runqueue processes. Not in `make test`.
 # FAULTS_ARGS=--only a,f-postgresql picks scenarios; the results JSON goes to CHAOS_RESULTS.
@@ -338,6 +357,17 @@ bench-fairness: venv services
 		DATABASE_URL=$$url $(PY) bench/fair_claim.py || exit 1; \
 		DATABASE_URL=$$url $(PY) bench/fair_claim.py --processes || exit 1; \
 		DATABASE_URL=$$url $(PY) bench/fair_claim.py --aging 30 || exit 1; done
+
+# Durable workflows waking up (issue #36; bench/workflow_wake.py): 10,000 rows sleeping 30 s and
+# 10,000 waiting for events sent from another process, under runqueue's default poll: lateness
+# p50/p95/max after the due time or the event, runs per row (each must wake once), and an idle
+# worker's statements per second with 20,000 parked rows against an empty queue, on MariaDB and
+# PostgreSQL (a throw-away test_bench_wf database on each). WAKE_ARGS="--rows 500 --sleep 5" for
+# a quick run. Exit status 1 if a bar of the issue is missed. Not in `make test`.
+WAKE_ARGS ?=
+bench-workflows: venv services
+	DATABASE_URL=mysql://root@127.0.0.1:3306/bench_wf $(PY) bench/workflow_wake.py $(WAKE_ARGS)
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_wf $(PY) bench/workflow_wake.py $(WAKE_ARGS)
 
 # Request-reply round trips, 1,000 calls from 8 client processes (issue #23; also run by `make bench`).
 bench-request-reply: venv services

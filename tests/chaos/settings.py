@@ -1,4 +1,5 @@
-"""Settings of the chaos suite's processes: the private MariaDB of ``CHAOS_DATABASE_URL``."""
+"""Settings of the chaos suite's processes: the private MariaDB (or PostgreSQL) server of
+``CHAOS_DATABASE_URL``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import dj_database_url
 from tests.settings import *  # noqa: F403
 
 DATABASES = {"default": dj_database_url.parse(os.environ["CHAOS_DATABASE_URL"], conn_max_age=0)}
-DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4", "connect_timeout": 5}
+if DATABASES["default"]["ENGINE"].endswith("mysql"):
+    DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4", "connect_timeout": 5}
+else:  # a private PostgreSQL cluster (tests/chaos/postgres.py; the workflow run's --postgresql)
+    DATABASES["default"]["OPTIONS"] = {"connect_timeout": 5}
 
 # Rescue often and flush often: kills and restarts should cost seconds, not minutes.
 DBQUEUE_RESCUE_INTERVAL = 0.5

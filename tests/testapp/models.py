@@ -15,7 +15,7 @@ from django_dbqueue.flow.unique import QueueUniqueKey
 from django_dbqueue.models import QueueMixin
 from django_dbqueue.queue.queryset import QueueQuerySetMixin
 from django_dbqueue.retry import ExponentialBackoff
-from django_dbqueue.workflows import WaitTimeout, Workflow, WorkflowMixin, workflow
+from django_dbqueue.workflows import WaitTimeout, Workflow, WorkflowMixin, steps_of, workflow
 
 #: pks of the rows whose handler's on_commit() hook ran (action "hook"; workers run in-process).
 COMMITTED_HOOKS: list[int] = []
@@ -470,6 +470,12 @@ class StepLedger(models.Model):
     job_id = models.BigIntegerField()
     step = models.IntegerField()
     pid = models.IntegerField(default=os.getpid)
+    #: The row's attempt the body ran in (a crash's rescue starts the next one).
+    attempt = models.IntegerField(default=0)
+    #: The body found its own step's checkpoint committed already when it started: the
+    #: engine ran a step it had recorded as done (issue #36's "no step run after its
+    #: checkpoint committed"; must never be True).
+    after_checkpoint = models.BooleanField(default=False)
 
 
 class WorkflowBase(WorkflowMixin, QueueMixin):
@@ -485,6 +491,8 @@ class WorkflowBase(WorkflowMixin, QueueMixin):
     slow_step = models.IntegerField(default=0)
     slow = models.FloatField(default=0)
     fail_step = models.IntegerField(default=0)
+    #: Seconds every step's body works (a window for the chaos run's kills to land in).
+    pause = models.FloatField(default=0)
     got = models.JSONField(null=True, blank=True)
 
     queue_retry = ExponentialBackoff(base=0.05, factor=2, max_delay=1, max_attempts=5, jitter=0)
@@ -508,7 +516,15 @@ class WorkflowBase(WorkflowMixin, QueueMixin):
             wf.progress(number / self.steps, f"step {number} of {self.steps}")
 
     def work(self, number: int, total: int) -> int:
-        StepLedger.objects.create(kind=type(self).__name__, job_id=self.pk, step=number)
+        StepLedger.objects.create(
+            kind=type(self).__name__,
+            job_id=self.pk,
+            step=number,
+            attempt=self.queue_attempts,
+            after_checkpoint=steps_of(self).filter(name=f"step-{number}").exists(),
+        )
+        if self.pause:
+            time.sleep(self.pause)
         if number == self.slow_step and self.queue_attempts == 1:
             time.sleep(self.slow)  # the scenario: a long step, killed while it runs
         if number == self.fail_step and self.queue_attempts == 1:
@@ -534,6 +550,32 @@ class GroupedAtomicWorkflow(WorkflowBase):
 
     queue_atomic = True
     queue_atomic_group = 4
+
+
+class WorkflowWake(QueueMixin):
+    """bench/workflow_wake.py's row: a workflow that sleeps ``nap`` seconds (or, with no
+    ``nap``, waits for the event "go"), then runs the step "woke" and ends. Every run adds
+    one to ``runs`` in its own transaction (atomic mode), so a row that woke once ran twice.
+    The step's checkpoint (``started_at``) is when the run that woke it got there."""
+
+    nap = models.FloatField(default=0)
+    runs = models.IntegerField(default=0)
+
+    queue_atomic = True
+
+    @workflow
+    def process(self, wf: Workflow) -> None:
+        type(self).objects.filter(pk=self.pk).update(runs=models.F("runs") + 1)
+        if self.nap:
+            wf.sleep(self.nap)
+        else:
+            wf.wait_for("go")
+        wf.step("woke", _woke)
+
+
+def _woke() -> None:
+    """The step after the wake: its checkpoint's start time is the measurement."""
+
 
 class FairJob(FlowJob):
     """Claims shared among customers (issue #37); "gold" weighs 3, the others 1."""

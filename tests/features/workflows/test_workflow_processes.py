@@ -53,6 +53,7 @@ def test_a_worker_killed_mid_step_reruns_only_that_step(start_worker, model) -> 
     else:
         # Its effect committed before the kill: at-least-once, for the interrupted step only.
         assert runs_of_steps(row) == {1: 1, 2: 1, 3: 2, 4: 1, 5: 1}
+    assert not StepLedger.objects.filter(after_checkpoint=True).exists()  # no step ran past its checkpoint
     assert {step.name: step.result for step in steps_of(row)} == {
         "step-1": 1,
         "step-2": 3,
@@ -108,4 +109,5 @@ def test_many_workflows_under_four_workers_and_sigkills_run_each_step_once(start
         proc.wait()
     per_step = StepLedger.objects.values("job_id", "step").annotate(n=Count("id"))
     assert {row["n"] for row in per_step} == {1}
+    assert not StepLedger.objects.filter(after_checkpoint=True).exists()
     assert per_step.count() == size * steps

@@ -70,6 +70,17 @@ def test_each_step_runs_once_and_hands_its_result_to_the_next(model) -> None:
     assert row.queue_attempts == 1  # a park is not an attempt
 
 
+def test_a_step_body_run_after_its_checkpoint_committed_says_so_in_the_ledger() -> None:
+    """The chaos run's proof of "no step run after its checkpoint committed"
+    (tests/chaos/workflows) rests on this probe of the test models' step bodies."""
+    row = AtomicWorkflow.objects.create(steps=2)
+    drain(AtomicWorkflow)
+    assert not StepLedger.objects.filter(after_checkpoint=True).exists()
+    row.refresh_from_db()
+    row.work(2, 1)  # step 2's body once more, its checkpoint committed: what a replay bug would do
+    assert list(StepLedger.objects.filter(after_checkpoint=True).values_list("step", flat=True)) == [2]
+
+
 @pytest.mark.parametrize("model", ALL_MODES)
 def test_a_failed_step_is_retried_alone(model) -> None:
     row = model.objects.create(steps=3, fail_step=2)
