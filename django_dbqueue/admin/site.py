@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import django
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
@@ -101,8 +102,9 @@ class TaskRecordAdmin(EnqueuedCallAdmin):
     )  # fmt: skip
     # The dead-letter console may replay a failed task with edited arguments, given as
     # {"args": [...], "kwargs": {...}} and checked as Task.enqueue() checks them; what runs
-    # (the task path, its queue and backend) stays the record's.
-    dbqueue_replay_field = "arguments"
+    # (the task path, its queue and backend) stays the record's. Django 6's: on 5.2 there is
+    # no django.tasks to check them with (and no record runs), so no such form.
+    dbqueue_replay_field = "arguments" if django.VERSION >= (6, 0) else None
 
     def dbqueue_replay_changes(self, row: Any, value: Any) -> dict[str, Any]:
         # Imported here: django.tasks is Django 6's, and this admin also loads on 5.2 (where

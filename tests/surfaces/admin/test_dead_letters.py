@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 
+import django
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.db import connection
@@ -96,9 +97,10 @@ def test_one_group_is_replayed_in_one_statement_with_its_history(failed: int) ->
         n.startswith("1-") for n in ready.values_list("name", flat=True)
     )
     assert set(ready.values_list("queue_attempts", flat=True)) == {0}
-    assert QueueAttempt.objects.count() == history == 50
-    kept = QueueAttempt.objects.values_list("object_id", flat=True)
-    assert {str(pk) for pk in ready.values_list("pk", flat=True)} >= set(kept)  # their attempts stay theirs
+    # The replayed rows keep their attempts (the fixture's 50), and no attempt row went or came.
+    assert QueueAttempt.objects.count() == history
+    replayed = [str(pk) for pk in ready.values_list("pk", flat=True)]
+    assert QueueAttempt.objects.filter(model="testapp.Job", object_id__in=replayed).count() == 50
 
 
 def test_a_stale_count_replays_nothing(failed) -> None:
@@ -140,6 +142,7 @@ def test_the_page_and_its_replay_keep_to_the_changelists_filters(failed) -> None
     assert not Job.objects.filter(queue_state=QueueState.READY, name__startswith="3-").exists()
 
 
+@pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks arrived in Django 6.0")
 def test_a_task_is_replayed_with_edited_arguments_checked_as_enqueue_checks_them() -> None:
     record = TaskRecord.objects.create(
         task_path="tests.testapp.tasks.add", args=[1, 2], kwargs={}, queue_state=QueueState.FAILED,
