@@ -1014,15 +1014,23 @@ def main(argv: list[str] | None = None) -> int:
     config = replace(config, keep_data=args.keep_data, **overrides)
     harness = Harness(config)
     results = harness.run()
-    print(table(results), flush=True)
-    if args.json:
-        out = Path(args.json)
+    return report_run(table(results), problems(results), results, args.json, harness.base, config)
+
+
+def report_run(
+    text: str, found: list[str], results: dict, json_path: str | None, base: Path, config: Any
+) -> int:
+    """The end of a chaos run's command: its table printed, its results written to
+    ``json_path`` if given, its private folder kept when it failed or was asked to keep data
+    (``config.keep_data``, ``config.workdir``) and removed otherwise; the exit status."""
+    print(text, flush=True)
+    if json_path:
+        out = Path(json_path)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=2, default=str))
         print(f"results: {out}")
-    failed = bool(problems(results))
-    if failed or config.keep_data or config.workdir is not None:
-        print(f"logs and results.json: {harness.base}")
+    if found or config.keep_data or config.workdir is not None:
+        print(f"logs and results.json: {base}")
     else:
-        shutil.rmtree(harness.base, ignore_errors=True)  # a passing run's private folder
-    return 1 if failed else 0
+        shutil.rmtree(base, ignore_errors=True)  # a passing run's private folder
+    return 1 if found else 0

@@ -4,12 +4,10 @@ run (``make chaos-workflows``); prints its results table, exit status 1 if a cou
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
 from dataclasses import replace
-from pathlib import Path
 
+from ..harness import report_run
 from . import __doc__ as about
 from .run import FULL, QUICK, WorkflowChaos
 from .verdict import problems, table
@@ -38,18 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         config = replace(config, rows=args.rows)
     chaos = WorkflowChaos(config)
     results = chaos.run()
-    print(table(results), flush=True)
-    if args.json:
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2, default=str))
-        print(f"results: {out}")
-    failed = bool(problems(results))
-    if failed or config.keep_data or config.workdir is not None:
-        print(f"logs and results.json: {chaos.base}")
-    else:
-        shutil.rmtree(chaos.base, ignore_errors=True)  # a passing run's private folder
-    return 1 if failed else 0
+    return report_run(table(results), problems(results), results, args.json, chaos.base, config)
 
 
 if __name__ == "__main__":
