@@ -65,20 +65,21 @@ def _bounded(qs: Any, fair: FairShare) -> bool:
     return fair.aging is None and not isinstance(fair.weights, str) and backend_for(qs.db).bounded_fair
 
 
-def _windows(qs: Any, fair: FairShare, limit: int) -> list[int]:
+def _windows(bounded: bool, limit: int) -> list[int]:
     """How many rows of the fair order each pass offers: the bounded read first offers one
     per row wanted (all a lone claimer needs), then the full window if concurrent claimers
     took some; the ranking of every due row offers the full window at once."""
     full = limit * settings.FAIR_CANDIDATES
-    return [limit, full] if _bounded(qs, fair) and full > limit else [full]
+    return [limit, full] if bounded and full > limit else [full]
 
 
 def _fair(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[Candidate]:
     ready = qs.ready()
     taken: list[Candidate] = []
     key_of: dict[Any, Any] = {}
-    for window in _windows(qs, fair, limit):
-        order = bounded_order(qs, fair, window) if _bounded(qs, fair) else fair_order(qs, fair, window)
+    bounded = _bounded(qs, fair)
+    for window in _windows(bounded, limit):
+        order = bounded_order(qs, fair, window) if bounded else fair_order(qs, fair, window)
         fresh = [(pk, key) for pk, key in order if pk not in key_of]
         key_of.update(order)
         _lock_in_order(ready, fresh, limit, also, taken)

@@ -33,7 +33,7 @@ def key_of(row: QueueRow) -> dict[str, str]:
 
 def load(row: QueueRow, using: str) -> dict[str, WorkflowStep]:
     """The row's checkpoints by name: one SELECT per run (its SQL built once: statements.py)."""
-    return step_statements(using).load(row._meta.label, str(row.pk))
+    return step_statements(using).load(**key_of(row))
 
 
 def write(row: QueueRow, using: str, **values: Any) -> WorkflowStep:
