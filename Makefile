@@ -69,7 +69,8 @@ test: venv services test-passes
 # of the first minutes share the cores with two passes, not with two passes and the JVMs), the smoke runs of the older Django series and Pythons, then lint, check, docs and
 # package, each as soon as a slot frees up. -O prints each job's output whole when it ends, so the
 # log reads as if they had run one after another; each pass ends with its wall time
-# (scripts/timed.sh), and the run with all of them. TEST_JOBS=1 runs them one after another.
+# (scripts/timed.sh), and the run with all of them and how busy the machine's CPUs were
+# (scripts/machine-busy.sh). TEST_JOBS=1 runs them one after another.
 TEST_JOBS ?= 3
 TEST_TIMES ?= $(CURDIR)/test-times.log
 TIMED = TEST_TIMES=$(TEST_TIMES) bash scripts/timed.sh
@@ -78,7 +79,8 @@ TEST_PASSES = test-sqlite-wings test-mariadb-wings test-postgresql-contract test
               $(TEST_DJANGO_SERIES:%=test-django-%) $(PYTHON_SERIES:%=test-python-%) lint check docs package
 test-passes: venv services
 	@rm -f $(TEST_TIMES)
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(TEST_PASSES) DJANGO_SMOKE_DBS="$(TEST_DJANGO_SMOKE_DBS)"; status=$$?; \
+	@bash scripts/machine-busy.sh $(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(TEST_PASSES) \
+	   DJANGO_SMOKE_DBS="$(TEST_DJANGO_SMOKE_DBS)"; status=$$?; \
 	 echo "== wall time of each pass ($(TEST_JOBS) at a time):"; cat $(TEST_TIMES); exit $$status
 
 # The databases' passes alone, side by side.
