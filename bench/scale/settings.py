@@ -1,7 +1,8 @@
 """Settings of the scale benchmark: the test settings (the example shop, its admin as shipped, the
 test app's message handlers) on two databases of one server, ``scale_big`` (default) and
-``scale_empty`` (or the names in ``SCALE_DB`` and ``SCALE_EMPTY_DB``). With ``SCALE_CLAIM_LOG`` set (the purge phase's ``runqueue`` workers) every
-claim's two statements are logged with their own time (Django logs statements only with DEBUG)."""
+``scale_empty`` (or the names in ``SCALE_DB`` and ``SCALE_EMPTY_DB``). With ``SCALE_CLAIM_LOG``
+set (the purge phase's ``runqueue`` workers) every claim's two statements are logged with their
+own time (Django logs statements only with DEBUG)."""
 
 from __future__ import annotations
 
