@@ -48,7 +48,7 @@ QUEUE_FIELDS = (
 )
 
 #: Whether ``queue_last_error`` holds text, as the admin's "has error" filter asks it.
-HAS_ERROR = ~models.Q(queue_last_error="")
+HAS_ERROR = models.ExpressionWrapper(~models.Q(queue_last_error=""), output_field=models.BooleanField())
 
 #: The columns an end needs loaded to know whether its row is in a batch or has dependants
 #: (composition's, on the row so that a job in none costs no statement).
