@@ -8,11 +8,11 @@ Python only places at most a few hundred groups; its buckets are cut by Django's
 functions, which carry the per-database SQL (at UTC, so MySQL needs no time zone tables).
 
 The day's chart reads a bounded sample instead: a chart of 24 bars needs no million rows. Each
-hour is cut into ``DAY_SLICES`` slices of ten minutes, and each slice gives at most
+hour is cut into ``DAY_SLICES`` slices of twenty minutes, and each slice gives at most
 ``DAY_SLICE_ROWS`` attempts, its first ones in the index (one ``UNION ALL`` of index range
 reads). A slice with fewer attempts is read whole and counted exactly; a full one stands for the
 rest of its slice at the rate its rows arrived (``(rows - 1) / time they covered``), and the
-bucket is marked estimated. So the first view reads at most 24 * 6 * 100 = 14,400 attempts
+bucket is marked estimated. So the first view reads at most 24 * 3 * 100 = 7,200 attempts
 however busy the day was: at 1,000,000 attempts in one day the grouped statement read every one
 (3-6 s on MariaDB, 0.8-2 s on PostgreSQL, on a loaded 2-core machine).
 """
@@ -117,7 +117,7 @@ Read = tuple[list[Group], bool]
 SETTLED = timedelta(minutes=2)
 CACHE_SECONDS = 26 * 3600
 #: The day's chart: slices per hour, and the attempts read at most from each (module docstring).
-DAY_SLICES = 6
+DAY_SLICES = 3
 DAY_SLICE_ROWS = 100
 
 
@@ -167,7 +167,7 @@ def _read_sample(using: str, label: str, starts: list[datetime], step: timedelta
         )[:DAY_SLICE_ROWS]
         for edge in edges
     ]
-    # The ORM's statement, its rows as the driver gives them: up to 14,400 rows of three times
+    # The ORM's statement, its rows as the driver gives them: up to 7,200 rows of three times
     # each, and Django's per-value converters were most of the page's time.
     sql, params = parts[0].union(*parts[1:], all=True).query.get_compiler(using=using).as_sql()
     with connections[using].cursor() as cursor:

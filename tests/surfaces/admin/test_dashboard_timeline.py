@@ -131,10 +131,11 @@ def test_settled_buckets_are_read_once() -> None:
 
 
 def _busy_slice(hours_ago: int, n: int) -> datetime:
-    """``n`` attempts (every tenth failed) spread evenly over the third ten-minute slice of the
-    hour ``hours_ago`` hours back, each waited 1 s and ran 2 s; that hour's start."""
+    """``n`` attempts (every tenth failed) spread evenly over the second slice of the hour
+    ``hours_ago`` hours back, each waited 1 s and ran 2 s; that hour's start."""
     hour = trunc_python(timezone.now(), timedelta(hours=1)) - timedelta(hours=hours_ago)
-    edge, gap = hour + timedelta(minutes=20), timedelta(minutes=10) / n
+    width = timedelta(hours=1) / timeline_module.DAY_SLICES
+    edge, gap = hour + width, width / n
     rows = []
     for i in range(n):
         finished = edge + gap * (i + 0.5)
@@ -165,7 +166,7 @@ def test_a_busy_day_is_read_from_a_bounded_sample(admin_client: Client) -> None:
         assert busy.counts == {"succeeded": 900, "failed": 100} and not found.estimated
         return
     (statement,) = [q["sql"] for q in queries if "queueattempt" in q["sql"]]
-    # One index range read per ten-minute slice of the day, each stopping at DAY_SLICE_ROWS.
+    # One index range read per slice of the day, each stopping at DAY_SLICE_ROWS.
     assert statement.upper().count("UNION ALL") == 24 * timeline_module.DAY_SLICES - 1
     assert statement.upper().count("LIMIT") == 24 * timeline_module.DAY_SLICES
     assert busy.estimated and found.estimated
@@ -175,7 +176,8 @@ def test_a_busy_day_is_read_from_a_bounded_sample(admin_client: Client) -> None:
     assert busy.counts["failed"] == pytest.approx(100, rel=0.05)
     assert busy.run == pytest.approx(2.0, abs=0.01) and busy.wait == pytest.approx(1.0, abs=0.01)
     html = admin_client.get(reverse(URL), {"span": "day"}).content.decode()
-    assert 'id="dbqueue-timeline-estimated"' in html and "first 100 attempts" in html
+    assert 'id="dbqueue-timeline-estimated"' in html
+    assert "each 20 minutes were sampled by their first 100 attempts" in html
 
 
 def test_a_sample_never_counts_fewer_than_it_read() -> None:
