@@ -100,7 +100,7 @@ def timeline(label: str, using: str, span: str = "hour") -> Timeline:
     missing = [start for start in starts if start not in reads]
     if missing:
         if span == "day" and connections[using].features.supports_slicing_ordering_in_compound:
-            fresh = _read_sample(using, label, missing, step)
+            fresh = _read_sample(using, label, missing, step, now)
         else:  # SQLite: no LIMIT inside a UNION; correct there, not fast
             exact = _read(using, label, trunc, missing[0])
             fresh = {start: (groups, False) for start, groups in exact.items()}
@@ -155,7 +155,9 @@ def _read(using: str, label: str, trunc: Any, since: datetime) -> dict[datetime,
     return found
 
 
-def _read_sample(using: str, label: str, starts: list[datetime], step: timedelta) -> dict[datetime, Read]:
+def _read_sample(
+    using: str, label: str, starts: list[datetime], step: timedelta, now: datetime
+) -> dict[datetime, Read]:
     """The buckets ``starts`` from at most ``DAY_SLICE_ROWS`` attempts of each of their slices:
     one statement, a ``UNION ALL`` of one index range read per slice (module docstring)."""
     width = step / DAY_SLICES
@@ -169,31 +171,39 @@ def _read_sample(using: str, label: str, starts: list[datetime], step: timedelta
     ]
     # The ORM's statement, its rows as the driver gives them: up to 7,200 rows of three times
     # each, and Django's per-value converters were most of the page's time.
-    sql, params = parts[0].union(*parts[1:], all=True).query.get_compiler(using=using).as_sql()
-    with connections[using].cursor() as cursor:
+    connection = connections[using]
+    sql, params = parts[0].union(*parts[1:], all=True).query.get_compiler(connection=connection).as_sql()
+    with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    # MySQL's driver gives naive UTC times, PostgreSQL's aware ones: slice on the same kind.
-    zero = edges[0] if rows and timezone.is_aware(rows[0][0]) else edges[0].replace(tzinfo=None)
+    # MySQL's driver gives naive times in the connection's zone (UTC unless DATABASES says
+    # otherwise), PostgreSQL's aware ones: slice on the same kind.
+    aware_rows = bool(rows) and timezone.is_aware(rows[0][0])
+    zero = edges[0] if aware_rows else edges[0].astimezone(connection.timezone).replace(tzinfo=None)
     taken: list[list[tuple[Any, ...]]] = [[] for _ in edges]
     for row in rows:
-        taken[(row[0] - zero) // width].append(row)
+        k = (row[0] - zero) // width
+        if 0 <= k < len(taken):
+            taken[k].append(row)
+    # The current slice has lasted only until now: a full one stands for that much, no more.
+    lasted = [min(width, now - edge) for edge in edges]
     return {
         start: _sampled_groups(
-            [(zero + width * k, taken[k]) for k in range(n * DAY_SLICES, (n + 1) * DAY_SLICES)], width
+            [(zero + width * k, lasted[k], taken[k]) for k in range(n * DAY_SLICES, (n + 1) * DAY_SLICES)]
         )
         for n, start in enumerate(starts)
     }
 
 
-def _sampled_groups(slices: list[tuple[datetime, list[tuple[Any, ...]]]], width: timedelta) -> Read:
-    """One bucket's groups from its slices' rows (finished, outcome, claimed, due): each row
-    weighs 1, or, in a full slice, the slice's length over the time its rows covered."""
+def _sampled_groups(slices: list[tuple[datetime, timedelta, list[tuple[Any, ...]]]]) -> Read:
+    """One bucket's groups from its slices (start, length so far, rows of finished, outcome,
+    claimed, due): each row weighs 1, or, in a full slice, the slice's length over the time its
+    rows covered."""
     # outcome -> [weight, weighted run, weight of the runs, weighted wait, weight of the waits]
     sums: dict[str, list[float]] = {}
     longest: dict[str, float] = {}
     estimated = False
-    for edge, rows in slices:
+    for edge, length, rows in slices:
         weight = 1.0
         if len(rows) >= DAY_SLICE_ROWS:
             # At least a millisecond: a burst of rows at one instant must not weigh without bound.
@@ -201,7 +211,7 @@ def _sampled_groups(slices: list[tuple[datetime, list[tuple[Any, ...]]]], width:
             # covered runs high by about one row in DAY_SLICE_ROWS).
             covered = max(max(row[0] for row in rows) - edge, timedelta(milliseconds=1))
             rate = (len(rows) - 1) / covered.total_seconds()
-            weight, estimated = max(rate * width.total_seconds() / len(rows), 1.0), True
+            weight, estimated = max(rate * length.total_seconds() / len(rows), 1.0), True
         for finished, outcome, claimed, due in rows:
             total = sums.setdefault(outcome, [0.0] * 5)
             total[0] += weight

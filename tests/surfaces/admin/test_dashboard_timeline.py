@@ -192,3 +192,28 @@ def test_a_sample_never_counts_fewer_than_it_read() -> None:
     found = timeline("testapp.Ticket", "default", "day")
     busy = next(bucket for bucket in found.buckets if bucket.start == hour)
     assert busy.total >= 100 and busy.run is None and busy.wait is None
+
+
+def test_the_current_slice_stands_for_the_time_it_has_lasted() -> None:
+    if not connection.features.supports_slicing_ordering_in_compound:
+        pytest.skip("SQLite reads every attempt: nothing is estimated")
+    hour = trunc_python(timezone.now(), timedelta(hours=1)) - timedelta(hours=1)
+    now = hour + timedelta(minutes=5)  # the first slice has lasted five minutes of its twenty
+    gap = timedelta(minutes=5) / 300
+    QueueAttempt.objects.bulk_create(
+        QueueAttempt(
+            model="testapp.Ticket",
+            object_id=str(i),
+            attempt=1,
+            finished_at=hour + gap * (i + 0.5),
+            outcome="succeeded",
+        )
+        for i in range(300)
+    )
+    groups, estimated = timeline_module._read_sample(
+        "default", "testapp.Ticket", [hour], timedelta(hours=1), now
+    )[hour]
+    assert estimated
+    assert [outcome for outcome, *_ in groups] == ["succeeded"]
+    # Not four times 300: the rest of the slice has not happened yet.
+    assert groups[0][1] == pytest.approx(300, rel=0.02)
