@@ -29,9 +29,10 @@ from .row import QUEUE_FIELDS, QueueRow
 #: The index the claim needs: its WHERE and ORDER BY, state first so finished rows are
 #: never scanned (checked by a system check; MySQL has no partial indexes).
 CLAIM_INDEX_FIELDS = ("queue_state", "-queue_priority", "queue_run_at", "queue_enqueued_at")
-#: The index of the admin's "has error" filter: the rows with (or without) an error, in
-#: primary-key order within each value, so the newest page and a capped count read index
-#: entries only (docs/admin-pages.md).
+#: The index of the admin's "has error" filter: the rows with (or without) an error, so a
+#: capped count reads index entries (on InnoDB, in primary-key order within each value, which
+#: also serves the newest page: docs/admin-pages.md). Alone, not with the state: this one is
+#: written only when an error comes or goes, not at every claim and outcome.
 HAS_ERROR_INDEX_FIELDS = ("queue_has_error",)
 
 
