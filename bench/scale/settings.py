@@ -1,7 +1,8 @@
 """Settings of the scale benchmark: the test settings (the example shop, its admin as shipped, the
 test app's message handlers) on two databases of one server, ``scale_big`` (default) and
-``scale_empty``. With ``SCALE_CLAIM_LOG`` set (the purge phase's ``runqueue`` workers) every
-claim's two statements are logged with their own time (Django logs statements only with DEBUG)."""
+``scale_empty`` (or the names in ``SCALE_DB`` and ``SCALE_EMPTY_DB``). With ``SCALE_CLAIM_LOG``
+set (the purge phase's ``runqueue`` workers) every claim's two statements are logged with their
+own time (Django logs statements only with DEBUG)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from tests.settings import *  # noqa: F403
 from tests.settings import DATABASES, LOGGING
 
 DATABASES["default"]["NAME"] = os.environ.get("SCALE_DB", "scale_big")
-DATABASES["empty"] = {**DATABASES["default"], "NAME": "scale_empty"}
+# SCALE_DB / SCALE_EMPTY_DB: names of one's own, so two people can each keep a built pair.
+DATABASES["empty"] = {**DATABASES["default"], "NAME": os.environ.get("SCALE_EMPTY_DB", "scale_empty")}
 
 if os.environ.get("SCALE_QUIET"):
     # The benchmark's own process: the rescue logs a warning per rescued row (10,000 of them).

@@ -10,7 +10,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from .timeline import OUTCOMES, SPANS, Bucket, Timeline, timeline
+from .timeline import DAY_SLICE_ROWS, DAY_SLICES, OUTCOMES, SPANS, Bucket, Timeline, timeline
 
 WIDTH, HEIGHT, TOP = 720, 150, 14
 #: The admin's own palette where it has one (success green, error red).
@@ -148,4 +148,8 @@ def charts(label: str, using: str, span: str) -> dict[str, object]:
         "latency": latency_chart(found),
         "legend": legend(),
         "totals": [(outcome, found.total(outcome)) for outcome in OUTCOMES],
+        # The day's counts of a busy queue come from a bounded sample (admin/timeline.py).
+        "estimated": found.estimated,
+        "sample_rows": DAY_SLICE_ROWS,
+        "sample_minutes": 60 // DAY_SLICES,
     }

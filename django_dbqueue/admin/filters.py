@@ -24,6 +24,12 @@ from ..states import QueueState
 
 
 class HasErrorFilter(admin.SimpleListFilter):
+    """Rows with or without a last error, by ``queue_has_error`` (a column the database keeps
+    from ``queue_last_error``) and its index: the capped count reads index entries (on InnoDB
+    not a row: its entries carry the primary key, in key order, which also serves the newest
+    page). At 10,000,000 orders on MariaDB "with an error" had read a row per candidate through
+    the state index (50,000 rows, 567 ms of SQL on a quiet machine)."""
+
     title = _("last error")
     parameter_name = "queue_has_error"
 
@@ -31,14 +37,21 @@ class HasErrorFilter(admin.SimpleListFilter):
         return [("yes", _("With an error")), ("no", _("Without an error"))]
 
     def queryset(self, request: HttpRequest, queryset: models.QuerySet) -> models.QuerySet:
-        if self.value() == "yes":
-            # A success clears the error, so SUCCEEDED rows (most of a big table) never match:
-            # naming the other states lets the state index skip them instead of a full scan.
+        if self.value() not in ("yes", "no"):
+            return queryset
+        filtered = queryset.filter(queue_has_error=self.value() == "yes")
+        if self.value() == "yes" and not has_error_index(queryset.model):
+            # A model whose Meta dropped the index (its own ``indexes`` without QueueMixin's):
+            # a success clears the error, so naming the other states lets the state index skip
+            # SUCCEEDED rows (most of a big table) instead of a full scan.
             others = [state for state in QueueState.values if state != QueueState.SUCCEEDED]
-            return queryset.filter(queue_state__in=others).exclude(queue_last_error="")
-        if self.value() == "no":
-            return queryset.filter(queue_last_error="")
-        return queryset
+            return filtered.filter(queue_state__in=others)
+        return filtered
+
+
+def has_error_index(model: type[models.Model]) -> bool:
+    """Whether an index of ``model`` starts with ``queue_has_error``."""
+    return any(list(index.fields[:1]) == ["queue_has_error"] for index in model._meta.indexes)
 
 
 class QueueStateFilter(admin.SimpleListFilter):

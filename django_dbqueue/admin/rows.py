@@ -42,8 +42,9 @@ TIMES = {
     # Not a time: the state as the list shows it (the column has no choices to label it).
     "queue_state": "dbqueue_state",
 }
-#: Shown together as links (dbqueue_composition), not as raw columns.
-HIDDEN = ("queue_batch", "queue_dependants")
+#: Shown together as links (dbqueue_composition), not as raw columns; whether the row has an
+#: error (the filter's column) says less than the error the page shows.
+HIDDEN = ("queue_batch", "queue_dependants", "queue_has_error")
 #: Meaningful only while a worker (or a person) holds the row.
 CLAIM_FIELDS = ("queue_locked_by", "dbqueue_locked_until")
 #: Row buttons: name -> (label, states the operation changes).

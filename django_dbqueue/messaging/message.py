@@ -242,6 +242,7 @@ class Message(QueueTraceMixin, QueueMixin):
                 name="dbqueue_msg_queue_claim",
             ),
             models.Index(fields=["queue_state", "queue_finished_at"], name="dbqueue_msg_finished"),
+            models.Index(fields=["queue_has_error"], name="dbqueue_msg_has_error"),  # the admin's filter
         ]
 
     def __str__(self) -> str:

@@ -29,12 +29,18 @@ from .row import QUEUE_FIELDS, QueueRow
 #: The index the claim needs: its WHERE and ORDER BY, state first so finished rows are
 #: never scanned (checked by a system check; MySQL has no partial indexes).
 CLAIM_INDEX_FIELDS = ("queue_state", "-queue_priority", "queue_run_at", "queue_enqueued_at")
+#: The index of the admin's "has error" filter: the rows with (or without) an error, so a
+#: capped count reads index entries (on InnoDB, in primary-key order within each value, which
+#: also serves the newest page: docs/admin-pages.md). Alone, not with the state: this one is
+#: written only when an error comes or goes, not at every claim and outcome.
+HAS_ERROR_INDEX_FIELDS = ("queue_has_error",)
 
 
 class QueueMixin(QueueRow):
     """Makes a model a queue: each row is a queue item, ``process()`` is its handler.
 
-    Adds the columns in ``QUEUE_FIELDS`` and one composite index that serves the claim.
+    Adds the columns in ``QUEUE_FIELDS``, one composite index that serves the claim and one
+    on ``queue_has_error`` (a column the database computes from ``queue_last_error``).
     New rows are READY and due at once; override ``queue_state`` with
     ``default=QueueState.IDLE`` for rows that should wait for ``enqueue()``.
 
@@ -78,7 +84,10 @@ class QueueMixin(QueueRow):
 
     class Meta:
         abstract = True
-        indexes = [models.Index(fields=list(CLAIM_INDEX_FIELDS))]
+        indexes = [
+            models.Index(fields=list(CLAIM_INDEX_FIELDS)),
+            models.Index(fields=list(HAS_ERROR_INDEX_FIELDS)),
+        ]
 
     # -- the handler -----------------------------------------------------------------------
 

@@ -44,7 +44,11 @@ QUEUE_FIELDS = (
     "queue_finished_at",
     "queue_batch",
     "queue_dependants",
+    "queue_has_error",
 )
+
+#: Whether ``queue_last_error`` holds text, as the admin's "has error" filter asks it.
+HAS_ERROR = models.ExpressionWrapper(~models.Q(queue_last_error=""), output_field=models.BooleanField())
 
 #: The columns an end needs loaded to know whether its row is in a batch or has dependants
 #: (composition's, on the row so that a job in none costs no statement).
@@ -77,6 +81,16 @@ class QueueRow(models.Model):
     # Composition (docs/composition.md): on the row, so a job in none costs no statement.
     queue_batch = models.BigIntegerField("batch", null=True, blank=True, db_index=True)
     queue_dependants = models.BooleanField("has dependants", default=False, db_default=False)
+    # Kept by the database from queue_last_error, never written: MariaDB/MySQL cannot index a
+    # TEXT column without a prefix, so "rows with an error" read a whole row per candidate
+    # (760 ms at 10,000,000 orders); this column has an index of its own (QueueMixin.Meta).
+    # Stored (db_persist): PostgreSQL has no virtual generated columns before 18.
+    queue_has_error = models.GeneratedField(
+        expression=HAS_ERROR,
+        output_field=models.BooleanField(),
+        db_persist=True,
+        verbose_name="has error",
+    )
 
     queue_retry: ClassVar[RetryPolicy] = ExponentialBackoff()
     queue_lease: ClassVar[float | timedelta | None] = None

@@ -115,6 +115,11 @@ def dataframe_fields(
         f = by_name.get(name)
         if f is None:
             raise ImproperlyConfigured(f"DataFrame column {name!r} is not a field or column of {opts.label}")
+        if f.generated:
+            raise ImproperlyConfigured(
+                f"DataFrame column {name!r}: {opts.label}.{f.name} is computed by the database "
+                "(a generated column is never written)"
+            )
         if f.name in QUEUE_BOOKKEEPING:
             raise ImproperlyConfigured(
                 f"DataFrame column {name!r}: the queue sets {f.name} itself "
@@ -162,8 +167,8 @@ def fixed_values(
     lacking = []
     set_here = {column for column, _, _ in fixed}
     for f in opts.concrete_fields:
-        if f.name in given or f.column in set_here or f.primary_key:
-            continue
+        if f.name in given or f.column in set_here or f.primary_key or f.generated:
+            continue  # (a generated column, queue_has_error for one, is the database's to write)
         if f.has_default():
             # A callable default is called once per run, not once per row.
             fixed.append((column_of(f), "%s", [f.get_db_prep_save(f.get_default(), connection)]))

@@ -86,6 +86,7 @@ class TaskRecord(QueueTraceMixin, QueueMixin):
                 fields=["queue_state", "queue", "-queue_priority", "queue_run_at", "queue_enqueued_at"],
                 name="dbqueue_task_queue_claim",
             ),
+            models.Index(fields=["queue_has_error"], name="dbqueue_task_has_error"),  # the admin's filter
         ]
 
     def __str__(self) -> str:

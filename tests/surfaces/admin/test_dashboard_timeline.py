@@ -4,14 +4,17 @@ bucketed by the database, drawn as SVG in the page."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_dbqueue.admin import timeline as timeline_module
 from django_dbqueue.admin.timeline import timeline, trunc_python
 from django_dbqueue.models import QueueAttempt
 from django_dbqueue.queue.history import AttemptOutcome
@@ -125,3 +128,92 @@ def test_settled_buckets_are_read_once() -> None:
     assert timeline("testapp.Ticket", "default", "hour").total("succeeded") == 3 + 4
     cache.clear()
     assert timeline("testapp.Ticket", "default", "hour").total("succeeded") == 9
+
+
+def _busy_slice(hours_ago: int, n: int) -> datetime:
+    """``n`` attempts (every tenth failed) spread evenly over the second slice of the hour
+    ``hours_ago`` hours back, each waited 1 s and ran 2 s; that hour's start."""
+    hour = trunc_python(timezone.now(), timedelta(hours=1)) - timedelta(hours=hours_ago)
+    width = timedelta(hours=1) / timeline_module.DAY_SLICES
+    edge, gap = hour + width, width / n
+    rows = []
+    for i in range(n):
+        finished = edge + gap * (i + 0.5)
+        rows.append(
+            QueueAttempt(
+                model="testapp.Ticket",
+                object_id=str(i),
+                attempt=1,
+                due_at=finished - timedelta(seconds=3),
+                claimed_at=finished - timedelta(seconds=2),
+                finished_at=finished,
+                outcome=AttemptOutcome.FAILED if i % 10 == 9 else AttemptOutcome.SUCCEEDED,
+            )
+        )
+    QueueAttempt.objects.bulk_create(rows)
+    return hour
+
+
+def test_a_busy_day_is_read_from_a_bounded_sample(admin_client: Client) -> None:
+    hour = _busy_slice(3, 1000)
+    attempts(AttemptOutcome.RETRIED, 60 * 5, 7)  # a quiet hour: read whole, counted exactly
+    with CaptureQueriesContext(connection) as queries:
+        found = timeline("testapp.Ticket", "default", "day")
+    busy = next(bucket for bucket in found.buckets if bucket.start == hour)
+    assert found.total("retried") == 7
+    if not connection.features.supports_slicing_ordering_in_compound:
+        # SQLite: one grouped statement over every attempt, exact.
+        assert busy.counts == {"succeeded": 900, "failed": 100} and not found.estimated
+        return
+    (statement,) = [q["sql"] for q in queries if "queueattempt" in q["sql"]]
+    # One index range read per slice of the day, each stopping at DAY_SLICE_ROWS.
+    assert statement.upper().count("UNION ALL") == 24 * timeline_module.DAY_SLICES - 1
+    assert statement.upper().count("LIMIT") == 24 * timeline_module.DAY_SLICES
+    assert busy.estimated and found.estimated
+    assert not any(bucket.estimated for bucket in found.buckets if bucket.start != hour)
+    # The first 100 of 1,000 evenly spread attempts: the rate, so the count, within 2 %.
+    assert busy.total == pytest.approx(1000, rel=0.02)
+    assert busy.counts["failed"] == pytest.approx(100, rel=0.05)
+    assert busy.run == pytest.approx(2.0, abs=0.01) and busy.wait == pytest.approx(1.0, abs=0.01)
+    html = admin_client.get(reverse(URL), {"span": "day"}).content.decode()
+    assert 'id="dbqueue-timeline-estimated"' in html
+    assert "each 20 minutes were sampled by their first 100 attempts" in html
+
+
+def test_a_sample_never_counts_fewer_than_it_read() -> None:
+    # 100 attempts in the first millisecond of a slice: a full slice, its rate unbounded but for
+    # the floor of one millisecond; every row read still counts at least once.
+    hour = trunc_python(timezone.now(), timedelta(hours=1)) - timedelta(hours=2)
+    at = hour + timedelta(microseconds=10)
+    QueueAttempt.objects.bulk_create(
+        QueueAttempt(model="testapp.Ticket", object_id=str(i), attempt=1, finished_at=at, outcome="succeeded")
+        for i in range(100)
+    )
+    found = timeline("testapp.Ticket", "default", "day")
+    busy = next(bucket for bucket in found.buckets if bucket.start == hour)
+    assert busy.total >= 100 and busy.run is None and busy.wait is None
+
+
+def test_the_current_slice_stands_for_the_time_it_has_lasted() -> None:
+    if not connection.features.supports_slicing_ordering_in_compound:
+        pytest.skip("SQLite reads every attempt: nothing is estimated")
+    hour = trunc_python(timezone.now(), timedelta(hours=1)) - timedelta(hours=1)
+    now = hour + timedelta(minutes=5)  # the first slice has lasted five minutes of its twenty
+    gap = timedelta(minutes=5) / 300
+    QueueAttempt.objects.bulk_create(
+        QueueAttempt(
+            model="testapp.Ticket",
+            object_id=str(i),
+            attempt=1,
+            finished_at=hour + gap * (i + 0.5),
+            outcome="succeeded",
+        )
+        for i in range(300)
+    )
+    groups, estimated = timeline_module._read_sample(
+        "default", "testapp.Ticket", [hour], timedelta(hours=1), now
+    )[hour]
+    assert estimated
+    assert [outcome for outcome, *_ in groups] == ["succeeded"]
+    # Not four times 300: the rest of the slice has not happened yet.
+    assert groups[0][1] == pytest.approx(300, rel=0.02)
