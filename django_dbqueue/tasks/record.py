@@ -86,6 +86,8 @@ class TaskRecord(QueueTraceMixin, QueueMixin):
                 fields=["queue_state", "queue", "-queue_priority", "queue_run_at", "queue_enqueued_at"],
                 name="dbqueue_task_queue_claim",
             ),
+            # "Is a task due?" without reading the parked ones (QueueMixin's DUE_INDEX_FIELDS).
+            models.Index(fields=["queue_state", "queue_run_at"], name="dbqueue_task_due"),
         ]
 
     def __str__(self) -> str:
