@@ -115,7 +115,11 @@ def _hold(claimed: ClaimedRows, row: QueueMixin) -> tuple[bool, datetime | None]
     read and their end written after the handler returns. SQLite locks the whole database for
     the first write instead: a write before the handler would keep every other writer out
     while it runs, so there the read comes first and the success is written after the
-    handler."""
+    handler. A durable workflow's handler brings its own locking read (``process.hold``),
+    which reads the run's checkpoints too."""
+    hold = getattr(getattr(claimed.model, "process", None), "hold", None)
+    if hold is not None:
+        return bool(hold(row, claimed.claim)), None
     if backend_for(claimed.claim.using).skip_locked and success_first(claimed.model):
         written_at = fence_success(claimed.model, claimed.claim, row)
         return written_at is not None, written_at

@@ -19,10 +19,11 @@ from django.db import transaction
 from ..exceptions import LeaseLost
 from ..messaging.payloads import check_payload
 from ..queue.statements import statements
-from ..tables.workflow import WorkflowStep
-from .statements import step_statements
+from ..tables.workflow import WorkflowEvent, WorkflowStep
+from .statements import Held, hold_statement, step_statements
 
 if TYPE_CHECKING:
+    from ..queue.lease import Claim
     from ..queue.row import QueueRow
 
 
@@ -31,9 +32,31 @@ def key_of(row: QueueRow) -> dict[str, str]:
     return {"model": row._meta.label, "object_pk": str(row.pk)}
 
 
-def load(row: QueueRow, using: str) -> dict[str, WorkflowStep]:
-    """The row's checkpoints by name: one SELECT per run (its SQL built once: statements.py)."""
-    return step_statements(using).load(**key_of(row))
+#: Where :func:`hold` leaves the checkpoints it read for the run's :func:`load`.
+_HELD = "_dbqueue_checkpoints"
+
+
+def hold(row: QueueRow, claim: Claim) -> bool:
+    """Atomic mode's first statement of a run of ``row`` (the worker calls it as
+    ``process.hold``, see worker/atomic.py): lock the row if ``claim`` still holds it, and
+    read its checkpoints in the same statement (statements.py, :class:`HoldStatement`), kept
+    on the instance for the run's :func:`load`, with the row's events not received. False if
+    the claim is lost."""
+    held = hold_statement(type(row), claim.using).hold(key_of(row), row.pk, claim.token)
+    if held is None:
+        return False
+    row.__dict__[_HELD] = held
+    return True
+
+
+def load(row: QueueRow, using: str) -> tuple[dict[str, WorkflowStep], list[WorkflowEvent] | None]:
+    """The row's checkpoints by name, and its events not received (oldest first) if known:
+    those :func:`hold` read with the row's lock, or the checkpoints by one SELECT per run
+    (its SQL built once: statements.py) and the events unknown (None)."""
+    held: Held | None = row.__dict__.pop(_HELD, None)
+    if held is not None:
+        return held.checkpoints, held.events
+    return step_statements(using).load(**key_of(row)), None
 
 
 def write(row: QueueRow, using: str, **values: Any) -> WorkflowStep:

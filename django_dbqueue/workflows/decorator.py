@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..exceptions import Park
+from . import checkpoints
 from .run import Workflow
 
 if TYPE_CHECKING:
@@ -48,4 +49,7 @@ def workflow(method: Callable[[Row, Workflow], Any]) -> Callable[[Row], None]:
     # Atomic mode writes a handler's success before it runs unless the handler may park
     # (worker/atomic.py, may_park): a workflow's run ends parked until its last step.
     process.may_park = True  # type: ignore[attr-defined]
+    # ... and it locks the row by a read that brings the run's checkpoints along (one
+    # statement where a lock and the checkpoints' read were two).
+    process.hold = checkpoints.hold  # type: ignore[attr-defined]
     return process
