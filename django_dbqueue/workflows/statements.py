@@ -89,7 +89,7 @@ Converter = tuple[Callable[[Any, Any, Any], Any], Any]
 def _converters(field: models.Field, connection: Any) -> list[Converter]:
     """What the ORM applies to ``field``'s column as it comes back (the compiler's order: the
     backend's converters, then the field's), each with the column expression it is given."""
-    column = field.get_col(cast(type[models.Model], field.model)._meta.db_table)
+    column = field.get_col(field.model._meta.db_table)
     found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
     return [(convert, column) for convert in found]
 

@@ -258,6 +258,43 @@ def test_an_event_sent_while_the_run_parks_wakes_it_in_lease_mode() -> None:
     assert runs_of_steps(row) == {1: 1, 2: 1}
 
 
+@pytest.mark.databases(
+    "mysql", "postgresql", reason="the sender runs in a second session while the run parks"
+)
+def test_an_event_sent_while_an_atomic_run_parks_waits_for_its_commit_and_wakes_it() -> None:
+    """Atomic mode: the run holds its row's lock from its first statement, so it does not look
+    for an event sent meanwhile (one statement fewer): the send's INSERT waits for that lock,
+    and once the run committed its wait, the send's UPDATE sees it and wakes the row."""
+    row = AtomicWorkflow.objects.create(steps=2, event="paid")
+    sent: list[bool] = []
+    senders: list[threading.Thread] = []
+
+    def send_from_another_session() -> None:
+        try:
+            sent.append(send_event(AtomicWorkflow.objects.get(pk=row.pk), "paid", "raced"))
+        finally:
+            connections.close_all()
+
+    def before_the_park(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        parking = sql.startswith("UPDATE") and AtomicWorkflow._meta.db_table in sql and "9000" in str(params)
+        if parking and not senders:
+            senders.append(threading.Thread(target=send_from_another_session))
+            senders[0].start()
+            time.sleep(0.3)  # the send reaches the row's lock and waits there
+            assert not sent, "the send went through while the run held the row's lock"
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(before_the_park):
+        drain(AtomicWorkflow)
+    senders[0].join(timeout=30)
+    assert sent == [True]  # it waited for the run's commit, then found the wait and woke it
+    drain(AtomicWorkflow)
+    row.refresh_from_db()
+    assert (row.queue_state, row.got) == ("succeeded", "raced")
+    assert runs_of_steps(row) == {1: 1, 2: 1}
+    assert not WorkflowEvent.objects.exists()
+
+
 def test_a_message_handler_can_be_a_workflow() -> None:
     @django_dbqueue.handler("test.workflow")
     @workflow
