@@ -49,14 +49,36 @@ def hold(row: QueueRow, claim: Claim) -> bool:
     return True
 
 
-def load(row: QueueRow, using: str) -> tuple[dict[str, WorkflowStep], list[WorkflowEvent] | None]:
-    """The row's checkpoints by name, and its events not received (oldest first) if known:
-    those :func:`hold` read with the row's lock, or the checkpoints by one SELECT per run
-    (its SQL built once: statements.py) and the events unknown (None)."""
+def preload(rows: list[QueueRow], claim: Claim) -> None:
+    """Atomic mode where a run's first statement is its success UPDATE, which locks the row
+    without reading it (worker/atomic.py, ``process.preload``): the checkpoints of all the
+    claim's rows in one SELECT, kept on each instance for its run's :func:`load`. Read before
+    each row's lock, they are still what its run finds: only a run of the row writes them, and
+    the claim's token fences every other (an operator's fork refuses a RUNNING row). Their
+    events too, in a second SELECT: a send may add one before a run locks its row, which the
+    run's wait looks for in its park's UPDATE (``Park.due_if``)."""
+    if not rows:
+        return
+    label, keys = rows[0]._meta.label, [str(row.pk) for row in rows]
+    found = step_statements(claim.using).load_many(label, keys)
+    sent: dict[str, list[WorkflowEvent]] = {key: [] for key in keys}
+    events = WorkflowEvent.objects.using(claim.using).filter(model=label, object_pk__in=keys)
+    for event in events.order_by("pk"):
+        sent[event.object_pk].append(event)
+    for row in rows:
+        row.__dict__[_HELD] = Held(found[str(row.pk)], sent[str(row.pk)], locked=False)
+
+
+def load(row: QueueRow) -> Held | None:
+    """What :func:`hold` or :func:`preload` read of the row's checkpoints and events, or None
+    when neither did: then the checkpoints are :func:`read` and the events left to each wait."""
     held: Held | None = row.__dict__.pop(_HELD, None)
-    if held is not None:
-        return held.checkpoints, held.events
-    return step_statements(using).load(**key_of(row)), None
+    return held
+
+
+def read(row: QueueRow, using: str) -> dict[str, WorkflowStep]:
+    """The row's checkpoints by name: one SELECT (its SQL built once: statements.py)."""
+    return step_statements(using).load(**key_of(row))
 
 
 def write(row: QueueRow, using: str, **values: Any) -> WorkflowStep:

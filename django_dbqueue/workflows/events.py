@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import router, transaction
+from django.db.models import Exists
 
 from ..backends import DbNow, backend_for
 from ..messaging.payloads import check_payload, check_text
@@ -92,11 +93,20 @@ def take(row: QueueRow, name: str, using: str) -> WorkflowEvent | None:
     return event
 
 
+def sent(row: QueueRow, name: str) -> Exists:
+    """The condition "an event ``name`` waits for ``row``", for the UPDATE that parks it
+    (``Park.due_if``): a run that read its events before it locked its row (a claim's
+    preload) finds there one sent in between, in the statement that parks it."""
+    return Exists(WorkflowEvent.objects.filter(**key_of(row), name=name))
+
+
 def take_held(held: list[WorkflowEvent], name: str, using: str) -> WorkflowEvent | None:
-    """:func:`take` in a run that read the row's events with its lock (atomic mode where rows
-    are locked: a send's INSERT waits for that lock, so ``held`` is every event there is):
-    the oldest named ``name``, deleted by its key; no statement when there is none. One that
-    is gone already (``forget()`` takes no lock on the row) was never received: the next."""
+    """:func:`take` in an atomic run that read the row's events with its lock or with its
+    claim (where rows are locked: a send's INSERT waits for the run's lock, so ``held`` is
+    every event but those sent before the run locked its row, which its park looks for: see
+    :func:`sent`): the oldest named ``name``, deleted by its key; no statement when there is
+    none. One gone already (``forget()`` takes no lock on the row) was never received: the
+    next."""
     for event in [event for event in held if event.name == name]:
         held.remove(event)
         if WorkflowEvent.objects.using(using).filter(pk=event.pk).delete()[0]:

@@ -55,10 +55,14 @@ class Workflow:
         # its events, or waits for the commit and then sees the wait (events.py). A run that
         # parks needs no look of its own for an event sent meanwhile (one statement fewer).
         self.locked_run = self.atomic and connections[self.using].features.has_select_for_update
-        self.done, held_events = checkpoints.load(row, self.using)
-        #: The row's events not received, read with its lock (a locked run only: no send can
-        #: add one before the run commits); None: a wait reads them itself.
-        self.events = held_events if self.locked_run else None
+        held = checkpoints.load(row)
+        self.done = held.checkpoints if held is not None else checkpoints.read(row, self.using)
+        #: The row's events not received, read with the claim (a locked run only: a send
+        #: waits for the run's lock); None: a wait reads them itself, behind the lock.
+        self.events = held.events if held is not None and self.locked_run else None
+        #: ... read before the row's lock (a claim's preload): the park of a wait looks for
+        #: one sent in between.
+        self.events_early = held is not None and not held.locked
         #: Atomic mode: this run finished a new step (the next one is the next run's).
         self.stepped = False
         self._counts: dict[str, int] = {}
@@ -136,10 +140,12 @@ class Workflow:
                 self._finish(checkpoint, timed_out=True)
         if checkpoint.finished_at is not None:
             return self._received(checkpoint)
+        early = self.events is not None and self.events_early
         raise Park(
             checkpoint.wake_at or FOREVER,
             reason=f"waits for {event!r}",
             then=None if self.locked_run else lambda: events.wake_if_sent(self.row, event, self.using),
+            due_if=events.sent(self.row, event) if early else None,
         )
 
     def _received(self, checkpoint: WorkflowStep) -> Any:

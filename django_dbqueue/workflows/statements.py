@@ -48,6 +48,7 @@ class StepStatements:
         )
         every = ", ".join(quote(cast(str, field.column)) for field in fields)
         self._load = f"SELECT {every} FROM {table} WHERE {model} = %s AND {object_pk} = %s"
+        self._load_many = f"SELECT {every} FROM {table} WHERE {model} = %s AND {object_pk} IN (<keys>)"
         written = ", ".join(quote(cast(str, field.column)) for field in self._written)
         marks = ", ".join(["%s"] * len(self._written))
         self._insert = f"INSERT INTO {table} ({written}) VALUES ({marks})"
@@ -60,14 +61,30 @@ class StepStatements:
             rows = cursor.fetchall()
         return self.checkpoints(rows)
 
+    def load_many(self, model: str, object_pks: list[str]) -> dict[str, dict[str, WorkflowStep]]:
+        """The checkpoints of the rows ``object_pks`` of ``model``, by row and name: one
+        SELECT (the caller bounds the IN list: a claim's rows)."""
+        connection = connections[self.using]
+        marks = ", ".join(["%s"] * len(object_pks))
+        with connection.cursor() as cursor:
+            cursor.execute(self._load_many.replace("<keys>", marks), [model, *object_pks])
+            rows = cursor.fetchall()
+        found: dict[str, dict[str, WorkflowStep]] = {pk: {} for pk in object_pks}
+        for step in self.instances(rows):
+            found[step.object_pk][step.name] = step
+        return found
+
     def checkpoints(self, rows: list[tuple[Any, ...]]) -> dict[str, WorkflowStep]:
         """Checkpoints by name from rows of the table's columns (in field order)."""
+        return {step.name: step for step in self.instances(rows)}
+
+    def instances(self, rows: list[tuple[Any, ...]]) -> list[WorkflowStep]:
+        """Checkpoints from rows of the table's columns (in field order)."""
         connection = connections[self.using]
-        steps = {}
+        steps = []
         for row in rows:
             values = [self._convert(value, at, connection) for at, value in enumerate(row)]
-            step = WorkflowStep.from_db(self.using, self._names, values)
-            steps[step.name] = step
+            steps.append(WorkflowStep.from_db(self.using, self._names, values))
         return steps
 
     def _convert(self, value: Any, at: int, connection: Any) -> Any:
@@ -178,6 +195,9 @@ class Held:
     checkpoints: dict[str, WorkflowStep]
     #: The events sent to the row and not received yet, oldest first.
     events: list[WorkflowEvent]
+    #: Read behind the row's lock (no send can add one before the run commits), or before
+    #: it (a claim's preload: one may come in between, which a wait's park looks for).
+    locked: bool = True
 
 
 def _convert(value: Any, converters: list[Converter], connection: Any) -> Any:

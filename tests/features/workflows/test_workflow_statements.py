@@ -67,3 +67,32 @@ def test_an_event_for_a_row_that_is_gone_is_not_kept() -> None:
     WorkflowWake.objects.filter(pk=row.pk).delete()
     assert send_event(row, "go") is False
     assert not WorkflowEvent.objects.exists()
+
+
+def test_a_claim_of_several_rows_parks_each_at_most_two_statements_beyond_a_job() -> None:
+    """Where rows are locked, a claim of several rows reads their checkpoints in one SELECT
+    and each run's first statement is its success UPDATE (as an atomic job's), which a park
+    turns into the park in place: a step's run costs its checkpoint's INSERT beyond a job."""
+    rows = 10
+    AtomicJob.objects.bulk_create([AtomicJob() for _ in range(rows)])
+    job = statements_of_a_drain(AtomicJob)
+    WorkflowWake.objects.bulk_create([WorkflowWake(nap=3600) for _ in range(rows)])
+    sleep = statements_of_a_drain(WorkflowWake)
+    print("per row: job", len(job) / rows, "park for a sleep", len(sleep) / rows)
+    assert WorkflowWake.objects.filter(queue_state="ready").count() == rows
+    assert (len(sleep) - len(job)) / rows <= 2, "\n".join(sleep)
+
+
+def test_a_park_in_place_gives_the_row_back_what_its_success_overwrote() -> None:
+    """The success written first set the finishing time, cleared the last error and negated
+    the token; the park in place makes the row READY again as any park does, keeping the last
+    error it had and not counting the attempt."""
+    earlier = WorkflowWake.objects.create(nap=3600, queue_last_error="an earlier attempt's error")
+    fresh = WorkflowWake.objects.create(nap=3600)
+    stats = Worker(models=[WorkflowWake], burst=True, handle_signals=False).run().as_dict()
+    assert stats["parked"] == 2
+    for row, error in ((earlier, "an earlier attempt's error"), (fresh, "")):
+        row.refresh_from_db()
+        assert (row.queue_state, row.queue_last_error, row.queue_attempts) == ("ready", error, 0)
+        assert (row.queue_token, row.queue_locked_by, row.queue_finished_at) == (None, None, None)
+        assert row.runs == 1

@@ -295,6 +295,44 @@ def test_an_event_sent_while_an_atomic_run_parks_waits_for_its_commit_and_wakes_
     assert not WorkflowEvent.objects.exists()
 
 
+@pytest.mark.databases(
+    "mysql", "postgresql", reason="the sender runs in a second session between the claim and the run"
+)
+def test_an_event_sent_between_the_claims_preload_and_the_runs_lock_wakes_it() -> None:
+    """Atomic mode, a claim of several rows: their events are read with the claim, before each
+    run locks its row. An event sent in between finds the row RUNNING (no wake) and is not in
+    what the run read; the park's own UPDATE finds it (``Park.due_if``) and makes the row due
+    now, so the same burst runs it on."""
+    rows = [AtomicWorkflow.objects.create(steps=2, event="paid") for _ in range(2)]
+    sent: list[bool] = []
+    preloads: list[str] = []
+
+    def send_from_another_session() -> None:
+        try:
+            sent.append(send_event(AtomicWorkflow.objects.get(pk=rows[0].pk), "paid", "raced"))
+        finally:
+            connections.close_all()
+
+    def after_the_preload(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        result = execute(sql, params, many, context)
+        if sql.startswith("SELECT") and WorkflowEvent._meta.db_table in sql and " IN (" in sql:
+            preloads.append(sql)
+            if len(preloads) == 1:  # the first claim: its runs go on from step 1 to the wait
+                sender = threading.Thread(target=send_from_another_session)
+                sender.start()
+                sender.join(timeout=30)
+        return result
+
+    with connection.execute_wrapper(after_the_preload):
+        drain(AtomicWorkflow)
+    assert sent == [False]  # the row was RUNNING: the sender could not wake it
+    rows[0].refresh_from_db()
+    assert (rows[0].queue_state, rows[0].got) == ("succeeded", "raced")
+    assert runs_of_steps(rows[0]) == {1: 1, 2: 1}
+    rows[1].refresh_from_db()
+    assert (rows[1].queue_state, rows[1].queue_run_at) == ("ready", FOREVER)  # still waiting
+
+
 def test_a_message_handler_can_be_a_workflow() -> None:
     @django_dbqueue.handler("test.workflow")
     @workflow
