@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 
 class QueueError(Exception):
@@ -69,10 +70,15 @@ class Park(BaseException):
         until: datetime | timedelta | None = None,
         reason: str = "",
         then: Callable[[], None] | None = None,
+        due_if: Any = None,
     ) -> None:
         super().__init__(reason or "parked")
         self.until = until
         self.then = then
+        #: A condition (an ORM expression, e.g. ``Exists(...)``) under which the park's own
+        #: UPDATE makes the row due now instead: a workflow's wait whose events were read
+        #: before the row's lock looks there for one sent in between, without a statement.
+        self.due_if = due_if
 
 
 class DuplicateJob(QueueError):

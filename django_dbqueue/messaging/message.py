@@ -241,6 +241,8 @@ class Message(QueueTraceMixin, QueueMixin):
                 fields=["queue_state", "queue", "-queue_priority", "queue_run_at", "queue_enqueued_at"],
                 name="dbqueue_msg_queue_claim",
             ),
+            # "Is a message due?" without reading the parked ones (QueueMixin's DUE_INDEX_FIELDS).
+            models.Index(fields=["queue_state", "queue_run_at"], name="dbqueue_msg_due"),
             models.Index(fields=["queue_state", "queue_finished_at"], name="dbqueue_msg_finished"),
             models.Index(fields=["queue_has_error"], name="dbqueue_msg_has_error"),  # the admin's filter
         ]

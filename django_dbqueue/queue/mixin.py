@@ -34,6 +34,14 @@ CLAIM_INDEX_FIELDS = ("queue_state", "-queue_priority", "queue_run_at", "queue_e
 #: also serves the newest page: docs/admin-pages.md). Alone, not with the state: this one is
 #: written only when an error comes or goes, not at every claim and outcome.
 HAS_ERROR_INDEX_FIELDS = ("queue_has_error",)
+#: The index of "is a row due?" (an idle worker's probe, and a claim when few rows are due):
+#: the claim index orders by priority before the due time, so its range for READY rows holds
+#: every parked row (a durable workflow's sleep or wait, a row scheduled for later) and a
+#: probe with nothing due read all of them (20,000 index entries, 15 ms, at 20,000 parked
+#: rows on MariaDB). Here the due rows are one range of their own, whatever their priority:
+#: the probe reads the first entry of it (or none), and a claim with few rows due reads those
+#: and sorts them, where the claim index would walk the parked rows after them.
+DUE_INDEX_FIELDS = ("queue_state", "queue_run_at")
 
 
 class QueueMixin(QueueRow):
@@ -87,6 +95,7 @@ class QueueMixin(QueueRow):
         indexes = [
             models.Index(fields=list(CLAIM_INDEX_FIELDS)),
             models.Index(fields=list(HAS_ERROR_INDEX_FIELDS)),
+            models.Index(fields=list(DUE_INDEX_FIELDS)),
         ]
 
     # -- the handler -----------------------------------------------------------------------

@@ -68,6 +68,11 @@ class Outcome:
     final: bool = False
     #: The attempt row's error when it differs from the row's (the rescue's short reason).
     attempt_error: str | None = None
+    #: A deferral of a row whose success atomic mode wrote first, in the same transaction
+    #: (``fence_success``): its UPDATE turns that success into the park, in place.
+    in_place: bool = False
+    #: A deferral's condition for being due now instead (``Park.due_if``).
+    due_if: Any = None
 
     @property
     def reason(self) -> str:
@@ -94,8 +99,10 @@ class Outcome:
         return cls(End.RETRIED_ALONE, row.pk, row, error=error, alone=True)
 
     @classmethod
-    def deferred(cls, row: QueueRow | Any, until: datetime) -> Outcome:
-        return cls(End.DEFERRED, _pk(row), _row(row), until=until)
+    def deferred(
+        cls, row: QueueRow | Any, until: datetime, in_place: bool = False, due_if: Any = None
+    ) -> Outcome:
+        return cls(End.DEFERRED, _pk(row), _row(row), until=until, in_place=in_place, due_if=due_if)
 
     @classmethod
     def given_back(cls, row: QueueRow | Any, alone: bool = False) -> Outcome:

@@ -23,11 +23,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import Case, DateTimeField, F, Value, When
 from django.dispatch import Signal
 
 from .. import signals
-from ..backends import retry_on_lock_conflicts
+from ..backends import DbNow, retry_on_lock_conflicts
 from ..retry import retry_at as decide_retry
 from ..states import AttemptOutcome, QueueState
 from . import extensions
@@ -270,6 +270,9 @@ def _deferred(
     model: type[QueueRow], claim: Claim, group: list[Outcome], now: datetime, out: Recorded
 ) -> None:
     for outcome in group:
+        if outcome.in_place:
+            _parked_in_place(model, claim, outcome, out)
+            continue
         _not_counted(
             model,
             claim,
@@ -277,6 +280,36 @@ def _deferred(
             {"queue_state": QueueState.READY, "queue_run_at": outcome.until, **UNCLAIMED},
             out,
         )
+
+
+def _parked_in_place(model: type[QueueRow], claim: Claim, outcome: Outcome, out: Recorded) -> None:
+    """A deferral whose row's success this claim wrote first in the same transaction
+    (:func:`fence_success`; a durable workflow's run in atomic mode): one UPDATE turns that
+    success into the park, fenced by what the success wrote (the negated token, SUCCEEDED),
+    which only this transaction can see. The row gets back what the success overwrote: its
+    last error (as the claim loaded it) and no finishing time. With ``due_if`` it is due now
+    where that condition holds (evaluated by this UPDATE, behind the row's lock)."""
+    row = outcome.row
+    assert row is not None, "a park in place is decided on an instance"
+    until: Any = outcome.until
+    if outcome.due_if is not None:
+        until = Case(When(outcome.due_if, then=DbNow()), default=Value(until), output_field=DateTimeField())
+    values: dict[str, Any] = {
+        "queue_state": QueueState.READY,
+        "queue_run_at": until,
+        "queue_finished_at": None,
+        "queue_last_error": row.queue_last_error,
+        **UNCLAIMED,
+    }
+    succeeded = rows_of(model, claim.using).filter(
+        pk=row.pk, queue_token=-claim.token, queue_state=QueueState.SUCCEEDED
+    )
+    if not succeeded.update(**values, queue_attempts=F("queue_attempts") - 1):
+        return
+    out.written.add(row.pk)
+    if outcome.due_if is not None:
+        values["queue_run_at"] = outcome.until  # the instance: the due time asked for
+    out.update(row, {**values, "queue_attempts": row.queue_attempts - 1}, claim_over=True)
 
 
 def _not_counted(

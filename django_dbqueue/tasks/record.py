@@ -87,6 +87,8 @@ class TaskRecord(QueueTraceMixin, QueueMixin):
                 name="dbqueue_task_queue_claim",
             ),
             models.Index(fields=["queue_has_error"], name="dbqueue_task_has_error"),  # the admin's filter
+            # "Is a task due?" without reading the parked ones (QueueMixin's DUE_INDEX_FIELDS).
+            models.Index(fields=["queue_state", "queue_run_at"], name="dbqueue_task_due"),
         ]
 
     def __str__(self) -> str:

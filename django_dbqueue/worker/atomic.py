@@ -49,6 +49,8 @@ def left_for_rollback(using: str) -> TransactionManagementError | None:
 
 def run_atomic(claimed: ClaimedRows) -> None:
     group = atomic_group(claimed.model)
+    if group == 1:
+        claimed.preloaded = _preload(claimed, claimed.rows)
     for start in range(0, len(claimed.rows), group):
         if claimed.must_stop():
             claimed.give_back(claimed.rows[start:])
@@ -63,6 +65,22 @@ def run_atomic(claimed: ClaimedRows) -> None:
             _group(claimed, chunk)
         if claimed.abandoned:
             return
+
+
+def _preload(claimed: ClaimedRows, rows: list[QueueMixin]) -> bool:
+    """Before the claim's first transaction: what a handler reads of its rows, in one
+    statement for all of them rather than one per row (a durable workflow's checkpoints:
+    ``process.preload``), so that each run's first statement can be its success UPDATE,
+    which locks the row without reading it (:func:`_hold`). Only for a claim of several
+    rows: for one, a locking read that reads them too costs no more (``process.hold``).
+    Returns whether it did."""
+    preload = getattr(getattr(claimed.model, "process", None), "preload", None)
+    if preload is None or len(rows) < 2:
+        return False
+    if not (backend_for(claimed.claim.using).skip_locked and success_first(claimed.model)):
+        return False
+    preload(rows, claimed.claim)
+    return True
 
 
 def _one(claimed: ClaimedRows, row: QueueMixin) -> None:
@@ -110,15 +128,21 @@ def _hold(claimed: ClaimedRows, row: QueueMixin) -> tuple[bool, datetime | None]
     Where rows can be locked, the fenced success UPDATE is that statement (see
     :func:`~django_dbqueue.queue.record.fence_success`): one round trip where a locking read
     and the UPDATE after the handler were two; a failing handler rolls it back with its own
-    writes. A model whose handler reads its own state RUNNING, and a handler that may park (a
-    durable workflow's), are the exceptions (:func:`success_first`): their row is locked by the
-    read and their end written after the handler returns. SQLite locks the whole database for
-    the first write instead: a write before the handler would keep every other writer out
-    while it runs, so there the read comes first and the success is written after the
-    handler."""
-    if backend_for(claimed.claim.using).skip_locked and success_first(claimed.model):
+    writes. A model whose handler reads its own state RUNNING is the exception
+    (:func:`success_first`): its row is locked by the read and its end written after the
+    handler returns. So is a handler that may park (a durable workflow's), unless it parks in
+    place and its claim's rows were preloaded (:func:`_preload`); its locking read is then its
+    own (``process.hold``), which reads the run's checkpoints and events too. SQLite locks the
+    whole database for the first write instead: a write before the handler would keep every
+    other writer out while it runs, so there the read comes first and the success is written
+    after the handler."""
+    first = success_first(claimed.model) and (claimed.preloaded or not may_park(claimed.model))
+    if backend_for(claimed.claim.using).skip_locked and first:
         written_at = fence_success(claimed.model, claimed.claim, row)
         return written_at is not None, written_at
+    hold = getattr(getattr(claimed.model, "process", None), "hold", None)
+    if hold is not None:
+        return bool(hold(row, claimed.claim)), None
     return bool(statements(claimed.model, claimed.claim.using).lock_held([row.pk], claimed.claim)), None
 
 
@@ -131,7 +155,7 @@ def _parked(
     its Park is an error, and nothing of the run commits."""
     if not isinstance(error, Park):
         return None, error
-    if written_at is not None:
+    if written_at is not None and not parks_in_place(claimed.model):
         return None, TypeError(
             f"{claimed.model.__name__}.process() raised Park, which only a handler that may park "
             "raises (a durable workflow's: decorate it with @workflow)"
@@ -142,8 +166,17 @@ def _parked(
 def success_first(model: type[QueueMixin]) -> bool:
     """Whether atomic mode writes ``model``'s success before its handler runs (:func:`_hold`):
     unless the model says not (``queue_success_first = False``: its handler reads its own
-    state RUNNING, as a ``django.tasks`` task does) or its handler may park."""
-    return bool(getattr(model, "queue_success_first", True)) and not may_park(model)
+    state RUNNING, as a ``django.tasks`` task does) or its handler may park and cannot turn
+    that success into its park."""
+    wanted = bool(getattr(model, "queue_success_first", True))
+    return wanted and (not may_park(model) or parks_in_place(model))
+
+
+def parks_in_place(model: type[QueueMixin]) -> bool:
+    """Whether ``model``'s handler, which may park, has its run's end written as any atomic
+    job's (the success first) and a park turn that success into the park in the same
+    transaction (``@workflow`` marks it ``parks_in_place``)."""
+    return bool(getattr(getattr(model, "process", None), "parks_in_place", False))
 
 
 def may_park(model: type[QueueMixin]) -> bool:
@@ -158,7 +191,7 @@ def _write_end(
     """Write the end of a run that raised nothing (or parked), inside its transaction: the
     rest of a success whose UPDATE came first (:func:`_hold`), or all of it."""
     if park is not None:
-        return claimed.write_parked(row, park)
+        return claimed.write_parked(row, park, in_place=written_at is not None)
     if written_at is not None:
         return claimed.write_fenced_success(row, written_at)
     return claimed.write([Outcome.succeeded(row)])

@@ -59,6 +59,9 @@ class ClaimedRows:
         self.rows = rows
         self.claim = claim
         self.abandoned = False  # this connection is beyond use: the rest was given back
+        #: Atomic mode: what the handlers read of their rows was read for all of them at once
+        #: (``process.preload``), so each run's first statement may be its success UPDATE.
+        self.preloaded = False
         #: The keys someone asked to cancel: the keeper's set of this claim, which its thread
         #: fills in place (asked for once, not under the keeper's lock for every job).
         self.cancel_requested = context.keeper.cancelled_ids(claim)
@@ -131,20 +134,21 @@ class ClaimedRows:
             self.model._meta.label,
         )
 
-    def parked(self, row: QueueRow, park: Park) -> Outcome:
+    def parked(self, row: QueueRow, park: Park, in_place: bool = False) -> Outcome:
         """The outcome of a run that raised :class:`~django_dbqueue.exceptions.Park`: READY
-        again at its due time (from the claim's database clock), the attempt not counted."""
+        again at its due time (from the claim's database clock), the attempt not counted.
+        ``in_place``: its success was written first (atomic mode) and becomes the park."""
         until = park.until
         if until is None or isinstance(until, timedelta):
             until = self.claim.now() + (until or timedelta(0))
         assert isinstance(until, datetime)
-        return Outcome.deferred(row, until)
+        return Outcome.deferred(row, until, in_place=in_place, due_if=park.due_if)
 
-    def write_parked(self, row: QueueRow, park: Park) -> Recorded:
+    def write_parked(self, row: QueueRow, park: Park, in_place: bool = False) -> Recorded:
         """Write a park and call its ``then`` in the same transaction (the caller's in
         atomic mode), once the row is written and locked; not counted yet."""
         with transaction.atomic(using=self.claim.using, savepoint=False):
-            recorded = self.write([self.parked(row, park)])
+            recorded = self.write([self.parked(row, park, in_place)])
             if park.then is not None and row.pk in recorded:
                 park.then()
         return recorded

@@ -19,10 +19,11 @@ from django.db import transaction
 from ..exceptions import LeaseLost
 from ..messaging.payloads import check_payload
 from ..queue.statements import statements
-from ..tables.workflow import WorkflowStep
-from .statements import step_statements
+from ..tables.workflow import WorkflowEvent, WorkflowStep
+from .statements import Held, hold_statement, step_statements
 
 if TYPE_CHECKING:
+    from ..queue.lease import Claim
     from ..queue.row import QueueRow
 
 
@@ -31,8 +32,52 @@ def key_of(row: QueueRow) -> dict[str, str]:
     return {"model": row._meta.label, "object_pk": str(row.pk)}
 
 
-def load(row: QueueRow, using: str) -> dict[str, WorkflowStep]:
-    """The row's checkpoints by name: one SELECT per run (its SQL built once: statements.py)."""
+#: Where :func:`hold` leaves the checkpoints it read for the run's :func:`load`.
+_HELD = "_dbqueue_checkpoints"
+
+
+def hold(row: QueueRow, claim: Claim) -> bool:
+    """Atomic mode's first statement of a run of ``row`` (the worker calls it as
+    ``process.hold``, see worker/atomic.py): lock the row if ``claim`` still holds it, and
+    read its checkpoints in the same statement (statements.py, :class:`HoldStatement`), kept
+    on the instance for the run's :func:`load`, with the row's events not received. False if
+    the claim is lost."""
+    held = hold_statement(type(row), claim.using).hold(key_of(row), row.pk, claim.token)
+    if held is None:
+        return False
+    row.__dict__[_HELD] = held
+    return True
+
+
+def preload(rows: list[QueueRow], claim: Claim) -> None:
+    """Atomic mode where a run's first statement is its success UPDATE, which locks the row
+    without reading it (worker/atomic.py, ``process.preload``): the checkpoints of all the
+    claim's rows in one SELECT, kept on each instance for its run's :func:`load`. Read before
+    each row's lock, they are still what its run finds: only a run of the row writes them, and
+    the claim's token fences every other (an operator's fork refuses a RUNNING row). Their
+    events too, in a second SELECT: a send may add one before a run locks its row, which the
+    run's wait looks for in its park's UPDATE (``Park.due_if``)."""
+    if not rows:
+        return
+    label, keys = rows[0]._meta.label, [str(row.pk) for row in rows]
+    found = step_statements(claim.using).load_many(label, keys)
+    sent: dict[str, list[WorkflowEvent]] = {key: [] for key in keys}
+    events = WorkflowEvent.objects.using(claim.using).filter(model=label, object_pk__in=keys)
+    for event in events.order_by("pk"):
+        sent[event.object_pk].append(event)
+    for row in rows:
+        row.__dict__[_HELD] = Held(found[str(row.pk)], sent[str(row.pk)], locked=False)
+
+
+def load(row: QueueRow) -> Held | None:
+    """What :func:`hold` or :func:`preload` read of the row's checkpoints and events, or None
+    when neither did: then the checkpoints are :func:`read` and the events left to each wait."""
+    held: Held | None = row.__dict__.pop(_HELD, None)
+    return held
+
+
+def read(row: QueueRow, using: str) -> dict[str, WorkflowStep]:
+    """The row's checkpoints by name: one SELECT (its SQL built once: statements.py)."""
     return step_statements(using).load(**key_of(row))
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..exceptions import Park
+from . import checkpoints
 from .run import Workflow
 
 if TYPE_CHECKING:
@@ -48,4 +49,13 @@ def workflow(method: Callable[[Row, Workflow], Any]) -> Callable[[Row], None]:
     # Atomic mode writes a handler's success before it runs unless the handler may park
     # (worker/atomic.py, may_park): a workflow's run ends parked until its last step.
     process.may_park = True  # type: ignore[attr-defined]
+    # ... but its success can be written first all the same, as any atomic job's (it locks the
+    # row), and turned into the park in place when the run parks: one statement where a lock
+    # and the run's end were two. The checkpoints of a claim's rows are then read in one
+    # statement before its first run (process.preload).
+    process.parks_in_place = True  # type: ignore[attr-defined]
+    process.preload = checkpoints.preload  # type: ignore[attr-defined]
+    # Where the lock is a read first (SQLite, or a model with queue_success_first = False),
+    # that read brings the run's checkpoints and events along.
+    process.hold = checkpoints.hold  # type: ignore[attr-defined]
     return process

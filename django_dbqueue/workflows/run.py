@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from django.db import connections
 from django.utils import timezone
 
 from ..compat import UTC
@@ -49,7 +50,19 @@ class Workflow:
         self.claim = row.queue_claim()
         self.using = self.claim.using
         self.atomic = type(row).queue_atomic
-        self.done = checkpoints.load(row, self.using)
+        # Atomic mode where rows are locked: the run holds its row's lock from its first
+        # statement to its commit, so a send either committed its event before the run read
+        # its events, or waits for the commit and then sees the wait (events.py). A run that
+        # parks needs no look of its own for an event sent meanwhile (one statement fewer).
+        self.locked_run = self.atomic and connections[self.using].features.has_select_for_update
+        held = checkpoints.load(row)
+        self.done = held.checkpoints if held is not None else checkpoints.read(row, self.using)
+        #: The row's events not received, read with the claim (a locked run only: a send
+        #: waits for the run's lock); None: a wait reads them itself, behind the lock.
+        self.events = held.events if held is not None and self.locked_run else None
+        #: ... read before the row's lock (a claim's preload): the park of a wait looks for
+        #: one sent in between.
+        self.events_early = held is not None and not held.locked
         #: Atomic mode: this run finished a new step (the next one is the next run's).
         self.stepped = False
         self._counts: dict[str, int] = {}
@@ -113,7 +126,11 @@ class Workflow:
             return self._received(checkpoint)
         now = self.claim.now()
         with checkpoints.writing(self.row, self.using):
-            sent = events.take(self.row, event, self.using)
+            sent = (
+                events.take(self.row, event, self.using)
+                if self.events is None
+                else events.take_held(self.events, event, self.using)
+            )
             if checkpoint is None:
                 deadline = now + limit if limit is not None else None
                 checkpoint = self._write(key, WorkflowStep.WAIT, now, event=event, wake_at=deadline)
@@ -123,10 +140,12 @@ class Workflow:
                 self._finish(checkpoint, timed_out=True)
         if checkpoint.finished_at is not None:
             return self._received(checkpoint)
+        early = self.events is not None and self.events_early
         raise Park(
             checkpoint.wake_at or FOREVER,
             reason=f"waits for {event!r}",
-            then=lambda: events.wake_if_sent(self.row, event, self.using),
+            then=None if self.locked_run else lambda: events.wake_if_sent(self.row, event, self.using),
+            due_if=events.sent(self.row, event) if early else None,
         )
 
     def _received(self, checkpoint: WorkflowStep) -> Any:

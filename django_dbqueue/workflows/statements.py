@@ -1,5 +1,5 @@
-"""The two statements of every workflow run, built once per database: the read of the row's
-checkpoints and the INSERT of a new one.
+"""The statements of every workflow run, built once per database: the read of the row's
+checkpoints and the INSERT of a new one; and ``send_event()``'s two (:class:`EventStatements`).
 
 Through the ORM both went through the query compiler on every run: about 0.6 ms and 0.5 ms of
 CPU on the benchmark's machine, most of what a 1-step workflow cost beyond an atomic job of
@@ -18,12 +18,16 @@ the columns and their converters out again on every run.)
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
+from dataclasses import dataclass
+from functools import cache, lru_cache
 from typing import Any, cast
 
 from django.db import connections, models
+from django.db.models.sql import Query
 
-from ..tables.workflow import WorkflowStep
+from ..backends import DbNow
+from ..states import QueueState
+from ..tables.workflow import WorkflowEvent, WorkflowStep
 
 
 class StepStatements:
@@ -44,6 +48,7 @@ class StepStatements:
         )
         every = ", ".join(quote(cast(str, field.column)) for field in fields)
         self._load = f"SELECT {every} FROM {table} WHERE {model} = %s AND {object_pk} = %s"
+        self._load_many = f"SELECT {every} FROM {table} WHERE {model} = %s AND {object_pk} IN (<keys>)"
         written = ", ".join(quote(cast(str, field.column)) for field in self._written)
         marks = ", ".join(["%s"] * len(self._written))
         self._insert = f"INSERT INTO {table} ({written}) VALUES ({marks})"
@@ -54,11 +59,32 @@ class StepStatements:
         with connection.cursor() as cursor:
             cursor.execute(self._load, [model, object_pk])
             rows = cursor.fetchall()
-        steps = {}
+        return self.checkpoints(rows)
+
+    def load_many(self, model: str, object_pks: list[str]) -> dict[str, dict[str, WorkflowStep]]:
+        """The checkpoints of the rows ``object_pks`` of ``model``, by row and name: one
+        SELECT (the caller bounds the IN list: a claim's rows)."""
+        connection = connections[self.using]
+        marks = ", ".join(["%s"] * len(object_pks))
+        with connection.cursor() as cursor:
+            cursor.execute(self._load_many.replace("<keys>", marks), [model, *object_pks])
+            rows = cursor.fetchall()
+        found: dict[str, dict[str, WorkflowStep]] = {pk: {} for pk in object_pks}
+        for step in self.instances(rows):
+            found[step.object_pk][step.name] = step
+        return found
+
+    def checkpoints(self, rows: list[tuple[Any, ...]]) -> dict[str, WorkflowStep]:
+        """Checkpoints by name from rows of the table's columns (in field order)."""
+        return {step.name: step for step in self.instances(rows)}
+
+    def instances(self, rows: list[tuple[Any, ...]]) -> list[WorkflowStep]:
+        """Checkpoints from rows of the table's columns (in field order)."""
+        connection = connections[self.using]
+        steps = []
         for row in rows:
             values = [self._convert(value, at, connection) for at, value in enumerate(row)]
-            step = WorkflowStep.from_db(self.using, self._names, values)
-            steps[step.name] = step
+            steps.append(WorkflowStep.from_db(self.using, self._names, values))
         return steps
 
     def _convert(self, value: Any, at: int, connection: Any) -> Any:
@@ -80,7 +106,7 @@ Converter = tuple[Callable[[Any, Any, Any], Any], Any]
 def _converters(field: models.Field, connection: Any) -> list[Converter]:
     """What the ORM applies to ``field``'s column as it comes back (the compiler's order: the
     backend's converters, then the field's), each with the column expression it is given."""
-    column = field.get_col(WorkflowStep._meta.db_table)
+    column = field.get_col(field.model._meta.db_table)
     found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
     return [(convert, column) for convert in found]
 
@@ -88,3 +114,181 @@ def _converters(field: models.Field, connection: Any) -> list[Converter]:
 @cache
 def step_statements(using: str) -> StepStatements:
     return StepStatements(using)
+
+
+class HoldStatement:
+    """Atomic mode's first statement of a workflow run (``@workflow`` hands it to the worker
+    as ``process.hold``): the claim's fenced row lock and the read of the row's checkpoints
+    in one round trip, where a lock and a read were two::
+
+        SELECT <queue pk>, <checkpoint columns> FROM <queue table>
+        LEFT JOIN <checkpoints> ON model = %s AND object_pk = %s
+        WHERE <queue pk> = %s AND queue_token = %s FOR UPDATE [OF <queue table>]
+
+    No row: the claim is lost (nothing runs). One row of NULL checkpoint columns: held, no
+    checkpoint yet. ``OF`` where the database has it (PostgreSQL refuses to lock the nullable
+    side of an outer join); MariaDB locks the row's checkpoints too, which only runs of this
+    row (holding its lock first) and operators' forks (the same) write."""
+
+    def __init__(self, model: type[models.Model], using: str) -> None:
+        connection = connections[using]
+        quote = connection.ops.quote_name
+        features = connection.features
+        self.using = using
+        self.pk_field = model._meta.pk
+        table, steps = quote(model._meta.db_table), quote(WorkflowStep._meta.db_table)
+
+        def column(of: type[models.Model], name: str) -> str:
+            return quote(cast(str, cast(models.Field, of._meta.get_field(name)).column))
+
+        events = quote(WorkflowEvent._meta.db_table)
+        self._steps = len(WorkflowStep._meta.concrete_fields)
+        event_fields = list(WorkflowEvent._meta.concrete_fields)
+        self._event_names = [field.attname for field in event_fields]
+        self._event_converters = [_converters(field, connection) for field in event_fields]
+        every = ", ".join(
+            [f"{steps}.{quote(cast(str, field.column))}" for field in WorkflowStep._meta.concrete_fields]
+            + [f"{events}.{quote(cast(str, field.column))}" for field in event_fields]
+        )
+        pk = f"{table}.{quote(cast(str, self.pk_field.column))}"
+        lock = ""
+        if features.has_select_for_update:
+            lock = f" FOR UPDATE OF {table}" if features.has_select_for_update_of else " FOR UPDATE"
+        self._sql = (
+            f"SELECT {pk}, {every} FROM {table} "
+            f"LEFT JOIN {steps} ON {steps}.{column(WorkflowStep, 'model')} = %s "
+            f"AND {steps}.{column(WorkflowStep, 'object_pk')} = %s "
+            f"LEFT JOIN {events} ON {events}.{column(WorkflowEvent, 'model')} = %s "
+            f"AND {events}.{column(WorkflowEvent, 'object_pk')} = %s "
+            f"WHERE {pk} = %s AND {table}.{column(model, 'queue_token')} = %s{lock}"
+        )
+
+    def hold(self, key: dict[str, str], pk: Any, token: int) -> Held | None:
+        """Lock the row ``pk`` if the claim ``token`` still holds it and return its
+        checkpoints by name and its events not received, oldest first; None if the claim is
+        lost. (Each checkpoint comes once per event: the joins' product, small.)"""
+        connection = connections[self.using]
+        keys = [key["model"], key["object_pk"]] * 2
+        with connection.cursor() as cursor:
+            cursor.execute(self._sql, [*keys, self.pk_field.get_db_prep_value(pk, connection), token])
+            rows = cursor.fetchall()
+        if not rows:
+            return None
+        # A joined table's own key (its first column) is NULL when the join found none.
+        first_event = 1 + self._steps
+        step_rows = {row[1]: row[1:first_event] for row in rows if row[1] is not None}
+        event_rows = {row[first_event]: row[first_event:] for row in rows if row[first_event] is not None}
+        events = []
+        for at in sorted(event_rows):
+            values = [
+                _convert(value, self._event_converters[index], connection)
+                for index, value in enumerate(event_rows[at])
+            ]
+            events.append(WorkflowEvent.from_db(self.using, self._event_names, values))
+        return Held(step_statements(self.using).checkpoints(list(step_rows.values())), events)
+
+
+@dataclass
+class Held:
+    """What :class:`HoldStatement` read with the row's lock."""
+
+    checkpoints: dict[str, WorkflowStep]
+    #: The events sent to the row and not received yet, oldest first.
+    events: list[WorkflowEvent]
+    #: Read behind the row's lock (no send can add one before the run commits), or before
+    #: it (a claim's preload: one may come in between, which a wait's park looks for).
+    locked: bool = True
+
+
+def _convert(value: Any, converters: list[Converter], connection: Any) -> Any:
+    for convert, expression in converters:
+        value = convert(value, expression, connection)
+    return value
+
+
+@lru_cache(maxsize=256)
+def hold_statement(model: type[models.Model], using: str) -> HoldStatement:
+    return HoldStatement(model, using)
+
+
+class EventStatements:
+    """``send_event()``'s two statements for one queue model on one database (issue #36: a
+    wake costs at most two), built once as the checkpoints' are:
+
+    * the event's INSERT, whose rows come from a locking read of the queue row
+      (``INSERT … SELECT … FROM <queue table> WHERE pk = %s FOR UPDATE``): one round trip
+      that writes the event and takes the row's lock, which orders this send with a run
+      parking the row (events.py says how). A row that is gone gets no event;
+    * the wake: ``UPDATE … SET queue_run_at = <now>`` fenced by the row being READY and a
+      wait for this event being open in its checkpoints. It runs after the lock is held, so
+      its read of the checkpoints (a fresh snapshot per statement in READ COMMITTED) sees the
+      wait of a run that committed while this send waited for the lock.
+
+    Values are parameters converted by their fields; the database's clock is its own
+    ``DbNow()`` compiled once (the events' ``sent_at`` and the wake time)."""
+
+    def __init__(self, model: type[models.Model], using: str) -> None:
+        connection = connections[using]
+        quote = connection.ops.quote_name
+        self.using = using
+        self.pk_field = model._meta.pk
+        self._data = cast(models.Field, WorkflowEvent._meta.get_field("data"))
+
+        def column(of: type[models.Model], name: str) -> str:
+            return quote(cast(str, cast(models.Field, of._meta.get_field(name)).column))
+
+        query = Query(None)
+        now, now_params = DbNow().resolve_expression(query).as_sql(query.get_compiler(using), connection)
+        assert not now_params, "the clock takes no parameter"
+        table, pk = quote(model._meta.db_table), quote(cast(str, self.pk_field.column))
+        sent = ("model", "object_pk", "name", "data", "sent_at")
+        events = ", ".join(column(WorkflowEvent, name) for name in sent)
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        self._send = (
+            f"INSERT INTO {quote(WorkflowEvent._meta.db_table)} ({events}) "
+            f"SELECT %s, %s, %s, %s, {now} FROM {table} WHERE {pk} = %s{lock}"
+        )
+        steps = quote(WorkflowStep._meta.db_table)
+        waiting = " AND ".join(
+            [f"{column(WorkflowStep, name)} = %s" for name in ("model", "object_pk", "kind", "event")]
+            + [f"{column(WorkflowStep, 'finished_at')} IS NULL"]
+        )
+        self._wake = (
+            f"UPDATE {table} SET {column(model, 'queue_run_at')} = {now} "
+            f"WHERE {pk} = %s AND {column(model, 'queue_state')} = %s "
+            f"AND EXISTS (SELECT 1 FROM {steps} WHERE {waiting})"
+        )
+
+    def send(self, key: dict[str, str], pk: Any, name: str, data: Any) -> bool:
+        """INSERT the event ``name`` for the row ``pk`` and lock the row; False if it is gone."""
+        connection = connections[self.using]
+        params = [
+            key["model"],
+            key["object_pk"],
+            name,
+            self._data.get_db_prep_save(data, connection),
+            self.pk_field.get_db_prep_value(pk, connection),
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(self._send, params)
+            return cursor.rowcount == 1
+
+    def wake(self, key: dict[str, str], pk: Any, name: str) -> bool:
+        """Make the row ``pk`` due now if it is READY and waits for ``name``; whether it was."""
+        connection = connections[self.using]
+        params = [
+            self.pk_field.get_db_prep_value(pk, connection),
+            str(QueueState.READY),
+            key["model"],
+            key["object_pk"],
+            WorkflowStep.WAIT,
+            name,
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(self._wake, params)
+            return cursor.rowcount == 1
+
+
+@lru_cache(maxsize=256)
+def event_statements(model: type[models.Model], using: str) -> EventStatements:
+    return EventStatements(model, using)

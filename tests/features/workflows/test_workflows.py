@@ -258,6 +258,81 @@ def test_an_event_sent_while_the_run_parks_wakes_it_in_lease_mode() -> None:
     assert runs_of_steps(row) == {1: 1, 2: 1}
 
 
+@pytest.mark.databases(
+    "mysql", "postgresql", reason="the sender runs in a second session while the run parks"
+)
+def test_an_event_sent_while_an_atomic_run_parks_waits_for_its_commit_and_wakes_it() -> None:
+    """Atomic mode: the run holds its row's lock from its first statement, so it does not look
+    for an event sent meanwhile (one statement fewer): the send's INSERT waits for that lock,
+    and once the run committed its wait, the send's UPDATE sees it and wakes the row."""
+    row = AtomicWorkflow.objects.create(steps=2, event="paid")
+    sent: list[bool] = []
+    senders: list[threading.Thread] = []
+
+    def send_from_another_session() -> None:
+        try:
+            sent.append(send_event(AtomicWorkflow.objects.get(pk=row.pk), "paid", "raced"))
+        finally:
+            connections.close_all()
+
+    def before_the_park(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        parking = sql.startswith("UPDATE") and AtomicWorkflow._meta.db_table in sql and "9000" in str(params)
+        if parking and not senders:
+            senders.append(threading.Thread(target=send_from_another_session))
+            senders[0].start()
+            time.sleep(0.3)  # the send reaches the row's lock and waits there
+            assert not sent, "the send went through while the run held the row's lock"
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(before_the_park):
+        drain(AtomicWorkflow)
+    senders[0].join(timeout=30)
+    assert sent == [True]  # it waited for the run's commit, then found the wait and woke it
+    drain(AtomicWorkflow)
+    row.refresh_from_db()
+    assert (row.queue_state, row.got) == ("succeeded", "raced")
+    assert runs_of_steps(row) == {1: 1, 2: 1}
+    assert not WorkflowEvent.objects.exists()
+
+
+@pytest.mark.databases(
+    "mysql", "postgresql", reason="the sender runs in a second session between the claim and the run"
+)
+def test_an_event_sent_between_the_claims_preload_and_the_runs_lock_wakes_it() -> None:
+    """Atomic mode, a claim of several rows: their events are read with the claim, before each
+    run locks its row. An event sent in between finds the row RUNNING (no wake) and is not in
+    what the run read; the park's own UPDATE finds it (``Park.due_if``) and makes the row due
+    now, so the same burst runs it on."""
+    rows = [AtomicWorkflow.objects.create(steps=2, event="paid") for _ in range(2)]
+    sent: list[bool] = []
+    preloads: list[str] = []
+
+    def send_from_another_session() -> None:
+        try:
+            sent.append(send_event(AtomicWorkflow.objects.get(pk=rows[0].pk), "paid", "raced"))
+        finally:
+            connections.close_all()
+
+    def after_the_preload(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        result = execute(sql, params, many, context)
+        if sql.startswith("SELECT") and WorkflowEvent._meta.db_table in sql and " IN (" in sql:
+            preloads.append(sql)
+            if len(preloads) == 1:  # the first claim: its runs go on from step 1 to the wait
+                sender = threading.Thread(target=send_from_another_session)
+                sender.start()
+                sender.join(timeout=30)
+        return result
+
+    with connection.execute_wrapper(after_the_preload):
+        drain(AtomicWorkflow)
+    assert sent == [False]  # the row was RUNNING: the sender could not wake it
+    rows[0].refresh_from_db()
+    assert (rows[0].queue_state, rows[0].got) == ("succeeded", "raced")
+    assert runs_of_steps(rows[0]) == {1: 1, 2: 1}
+    rows[1].refresh_from_db()
+    assert (rows[1].queue_state, rows[1].queue_run_at) == ("ready", FOREVER)  # still waiting
+
+
 def test_a_message_handler_can_be_a_workflow() -> None:
     @django_dbqueue.handler("test.workflow")
     @workflow
