@@ -91,12 +91,17 @@ def held_counts(qs: models.QuerySet, key: str) -> dict[Any, int]:
     return dict(running.values_list(key, "n"))
 
 
-def bounded_order(qs: models.QuerySet, fair: FairShare, window: int) -> list[tuple[Any, Any]]:
-    """``(pk, key)`` of the first ``window`` due rows of ``qs`` in fair order."""
+def bounded_order(
+    qs: models.QuerySet, fair: FairShare, window: int, turn: rotation.Turn | None = None
+) -> list[tuple[Any, Any]]:
+    """``(pk, key)`` of the first ``window`` due rows of ``qs`` in fair order (``turn``: the
+    claim's, :func:`.rotation.take`; None reads it without a lock)."""
     assert fair.key is not None
+    if turn is None:
+        turn = rotation.last_served(qs.model, qs.db, fair.key)
     held = held_counts(qs, fair.key)
     weights = weight_table(qs.model, fair)
-    keys, walked_all = _walk(qs, fair.key, window, held, weights)
+    keys, walked_all = _walk(qs, fair.key, window, held, weights, turn)
     _add_unwalked(keys, held, weights, walked_all)
     _read_places(qs, fair.key, keys, window)
     ranked = [
@@ -108,16 +113,21 @@ def bounded_order(qs: models.QuerySet, fair: FairShare, window: int) -> list[tup
     return [(row[0], row[1]) for *_, row in ranked[:window]]
 
 
-def _segments(qs: models.QuerySet, key: str) -> list[models.QuerySet]:
+def _segments(qs: models.QuerySet, key: str, turn: rotation.Turn) -> list[models.QuerySet]:
     """The round robin's order as key ranges: after the key served last, then the rest."""
-    served, last = rotation.last_served(qs.model, qs.db, key)
+    served, last = turn
     if not served:
         return [qs]
     return [qs.filter(**{f"{key}__gt": last}), qs.filter(**{f"{key}__lte": last})]
 
 
 def _walk(
-    qs: models.QuerySet, key: str, window: int, held: dict[Any, int], weights: dict[Any, float]
+    qs: models.QuerySet,
+    key: str,
+    window: int,
+    held: dict[Any, int],
+    weights: dict[Any, float],
+    turn: rotation.Turn,
 ) -> tuple[dict[Any, Key], bool]:
     """Keys with a due head in round-robin order, until ``window`` of them rank 1 or better;
     and whether every key with READY rows was walked."""
@@ -126,7 +136,7 @@ def _walk(
     step = window + len(held)  # held keys may take places in the walk without filling it
     walker = heads.Walker(qs, key)
     memory = (qs.db, qs.model._meta.label)
-    for segment in _segments(qs, key):
+    for segment in _segments(qs, key, turn):
         after: Any = None
         budget = _budget(memory, step)
         while True:
