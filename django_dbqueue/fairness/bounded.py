@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import models
-from django.db.models import Count
 
-from ..states import QueueState
 from . import heads, rotation
 from .heads import Row
 from .options import DEFAULT_WEIGHT, FairShare
@@ -45,6 +43,11 @@ BUDGET, MAX_BUDGET = 4, 64
 #: out of its budget: the next walks ask for that many per key (half as many again). A hint
 #: of this process only: any budget, or none, gives the same keys.
 _ROWS_PER_KEY: dict[tuple[str, str], float] = {}
+#: Whether the last walk of a model (by database) went past the first segment of the round
+#: robin (the keys after the turn): then the next walks ask for both segments in one
+#: statement (few keys: both are needed), else for the first (many keys: it is usually
+#: enough). A hint too: either gives the same keys.
+_BOTH_SEGMENTS: dict[tuple[str, str], bool] = {}
 
 
 def _budget(memory: tuple[str, str], step: int) -> int | None:
@@ -59,10 +62,13 @@ def _remember(
         _ROWS_PER_KEY[memory] = budget / max(walked, 1)
     elif budget is None and walked >= step:
         _ROWS_PER_KEY.pop(memory, None)  # a loose scan that found every key it asked for: many keys
-    elif memory in _ROWS_PER_KEY:
-        # Keys thinning out (or a loose scan that found plenty): a little less next time,
-        # so a model whose keys became small goes back to the budgeted read.
-        _ROWS_PER_KEY[memory] *= 0.9 if budget is not None else 0.5
+    elif memory in _ROWS_PER_KEY and budget is not None:
+        # Keys thinning out: a little less next time, so a model whose keys became small
+        # goes back to the cheaper budgeted read. A loose scan that ran out of keys before
+        # ``step`` keeps the hint: it cost fewer than ``step`` dives, and a budgeted read of
+        # those few big keys would stop early and cost a second walk (which, halving the hint
+        # after each loose scan, happened every other claim at 100 keys of 140 rows).
+        _ROWS_PER_KEY[memory] *= 0.9
 
 
 @dataclass
@@ -87,8 +93,7 @@ class Key:
 
 def held_counts(qs: models.QuerySet, key: str) -> dict[Any, int]:
     """Each key's RUNNING rows (a small read: the running rows are few)."""
-    running = qs.filter(queue_state=QueueState.RUNNING).order_by().values(key).annotate(n=Count("pk"))
-    return dict(running.values_list(key, "n"))
+    return heads.running(qs, key, heads.filters_of(qs))
 
 
 def bounded_order(
@@ -99,9 +104,11 @@ def bounded_order(
     assert fair.key is not None
     if turn is None:
         turn = rotation.last_served(qs.model, qs.db, fair.key)
-    held = held_counts(qs, fair.key)
+    filters = heads.filters_of(qs)
+    held = heads.running(qs, fair.key, filters)
     weights = weight_table(qs.model, fair)
-    keys, walked_all = _walk(qs, fair.key, window, held, weights, turn)
+    walker = heads.Walker(qs, fair.key, filters)
+    keys, walked_all = _walk(walker, window, held, weights, turn)
     _add_unwalked(keys, held, weights, walked_all)
     _read_places(qs, fair.key, keys, window)
     ranked = [
@@ -113,50 +120,65 @@ def bounded_order(
     return [(row[0], row[1]) for *_, row in ranked[:window]]
 
 
-def _segments(qs: models.QuerySet, key: str, turn: rotation.Turn) -> list[models.QuerySet]:
+def _segments(turn: rotation.Turn) -> list[heads.Segment]:
     """The round robin's order as key ranges: after the key served last, then the rest."""
     served, last = turn
     if not served:
-        return [qs]
-    return [qs.filter(**{f"{key}__gt": last}), qs.filter(**{f"{key}__lte": last})]
+        return [heads.Segment(None)]
+    return [heads.Segment("gt", last), heads.Segment("lte", last)]
 
 
 def _walk(
-    qs: models.QuerySet,
-    key: str,
+    walker: heads.Walker,
     window: int,
     held: dict[Any, int],
     weights: dict[Any, float],
     turn: rotation.Turn,
 ) -> tuple[dict[Any, Key], bool]:
     """Keys with a due head in round-robin order, until ``window`` of them rank 1 or better;
-    and whether every key with READY rows was walked."""
+    and whether every key with READY rows was walked. One statement in the usual case: the
+    segments the model's last walk needed, each as far as ``step`` keys."""
     keys: dict[Any, Key] = {}
-    full = 0
     step = window + len(held)  # held keys may take places in the walk without filling it
-    walker = heads.Walker(qs, key)
-    memory = (qs.db, qs.model._meta.label)
-    for segment in _segments(qs, key, turn):
-        after: Any = None
+    memory = (walker.qs.db, walker.qs.model._meta.label)
+    segments = _segments(turn)
+    both = _BOTH_SEGMENTS.get(memory, False)
+    while True:
+        open_segments = [segment for segment in segments if not segment.done]
+        if not open_segments:
+            _BOTH_SEGMENTS[memory] = len(segments) > 1
+            return keys, True
+        asked = open_segments if both else open_segments[:1]
         budget = _budget(memory, step)
-        while True:
-            part = segment if after is None else segment.filter(**{f"{key}__gt": after})
-            walked, stopped_early = walker.walk(part, step, budget)
+        for segment, (walked, stopped_early) in zip(asked, walker.walk(asked, step, budget), strict=True):
             _remember(memory, budget, len(walked), step, stopped_early)
-            for value, head in walked:
-                if head is None or value in keys:
-                    continue
-                found = Key(len(keys), held.get(value, 0), weights.get(value, DEFAULT_WEIGHT), [head])
-                keys[value] = found
-                full += found.full_rank
-            if full >= window:
+            if _take_keys(keys, walked, held, weights, window):
+                _BOTH_SEGMENTS[memory] = segment is not segments[0]
                 return keys, False
-            if len(walked) < step and not stopped_early:
-                break
-            if stopped_early:  # keys of more rows than budgeted: a bigger budget, or key by key
-                budget = _budget(memory, step)
-            after = walked[-1][0]
-    return keys, True
+            segment.done = len(walked) < step and not stopped_early
+            if not segment.done:  # keys of more rows than budgeted, or more keys: walk on from here
+                segment.after = walked[-1][0] if walked else segment.after
+                break  # the later segments come after it in the round robin: walked once it is done
+
+
+def _take_keys(
+    keys: dict[Any, Key],
+    walked: list[tuple[Any, Row | None]],
+    held: dict[Any, int],
+    weights: dict[Any, float],
+    window: int,
+) -> bool:
+    """Add the walked keys with a head to ``keys``; whether ``window`` of them rank 1 or better."""
+    full = sum(key.full_rank for key in keys.values())
+    for value, head in walked:
+        if head is None or value in keys:
+            continue
+        found = Key(len(keys), held.get(value, 0), weights.get(value, DEFAULT_WEIGHT), [head])
+        keys[value] = found
+        full += found.full_rank
+        if full >= window:
+            return True
+    return False
 
 
 def _add_unwalked(
