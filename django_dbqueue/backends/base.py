@@ -117,6 +117,11 @@ class QueueBackend:
         )
         return grouped, (*params, budget, limit)
 
+    def with_pks(self, rows: Any, pks: list[Any]) -> Any:
+        """``rows`` (a QuerySet) narrowed to the primary keys ``pks``: the fair claim locks the
+        rows it chose so. One parameter per key here (``pk IN (…)``)."""
+        return rows.filter(pk__in=pks)
+
     # -- errors ----------------------------------------------------------------------------
 
     def is_lock_conflict(self, exc: BaseException) -> bool:

@@ -76,6 +76,13 @@ class PostgreSQLBackend(QueueBackend):
         )
         return cte, [*first_params, *next_params, limit]
 
+    def with_pks(self, rows: Any, pks: list[Any]) -> Any:
+        """The keys as one array parameter (``pk IN (SELECT unnest(%s))``): psycopg converts a
+        statement of more than 50 parameters anew on every run (its cache holds only smaller
+        ones), about 0.5 ms of a fair claim's CPU for a batch of 100."""
+        prep = rows.model._meta.pk.get_db_prep_value
+        return rows.filter(pk__in=RawSQL("SELECT unnest(%s)", ([prep(pk, self.connection) for pk in pks],)))
+
     def error_group(self, column: str) -> Any:
         return masked_last_line(column, word_boundary=r"\y", every=(Value("g"),))
 

@@ -55,13 +55,23 @@ def _budget(memory: tuple[str, str], step: int) -> int | None:
     return None if per_key > MAX_BUDGET else int(per_key * step)
 
 
+#: A loose scan that finds every key it asked for may be reading many small keys (slow, one
+#: dive a key) or exactly as many big ones as asked (the right read): one in this many such
+#: scans forgets the hint, so the next walk tries the budgeted read again (one cheap walk
+#: more when the keys are big; back to the budgeted read when they became small).
+PROBE_EVERY = 8
+_FULL_LOOSE_SCANS: dict[tuple[str, str], int] = {}
+
+
 def _remember(
     memory: tuple[str, str], budget: int | None, walked: int, step: int, stopped_early: bool
 ) -> None:
     if budget is not None and stopped_early:
         _ROWS_PER_KEY[memory] = budget / max(walked, 1)
     elif budget is None and walked >= step:
-        _ROWS_PER_KEY.pop(memory, None)  # a loose scan that found every key it asked for: many keys
+        scans = _FULL_LOOSE_SCANS[memory] = _FULL_LOOSE_SCANS.get(memory, 0) + 1
+        if scans % PROBE_EVERY == 0:
+            _ROWS_PER_KEY.pop(memory, None)
     elif memory in _ROWS_PER_KEY and budget is not None:
         # Keys thinning out: a little less next time, so a model whose keys became small
         # goes back to the cheaper budgeted read. A loose scan that ran out of keys before

@@ -102,5 +102,6 @@ def _lock_in_order(
     while len(taken) < limit and start < len(order):
         chunk = [pk for pk, _ in order[start : start + limit - len(taken)]]
         start += len(chunk)
-        locked = {row[0]: row for row in _locking(ready.filter(pk__in=chunk).order_by(), also)}
+        chosen = backend_for(ready.db).with_pks(ready, chunk).order_by()
+        locked = {row[0]: row for row in _locking(chosen, also)}
         taken.extend(locked[pk] for pk in chunk if pk in locked)

@@ -15,9 +15,10 @@ stopped (see :func:`take` for why a read without the lock is not enough).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
-from django.db import models
+from django.db import connections, models
 from django.db.models import Case, F, Q, Value, When
 
 from ..tables.fairness import QueueFairTurn
@@ -46,6 +47,23 @@ def last_served(model: type[models.Model], using: str, key: str) -> Turn:
     return _as_turn(model, key, _turns(model, using).values_list("last_key", flat=True).first())
 
 
+@lru_cache(maxsize=16)
+def _statements(using: str) -> tuple[str, str]:
+    """The turn's locking read and its move on database ``using``, built once (they are
+    sent on every fair claim): identifiers quoted by the connection, values parameters."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    meta = QueueFairTurn._meta
+    table = quote(meta.db_table)
+    model, last_key = (quote(meta.get_field(name).column) for name in ("model", "last_key"))
+    # SQLite has no row locks: its claim's transaction holds the database's one write lock.
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    return (
+        f"SELECT {last_key} FROM {table} WHERE {model} = %s{lock}",
+        f"UPDATE {table} SET {last_key} = %s WHERE {model} = %s",
+    )
+
+
 def take(model: type[models.Model], using: str, key: str) -> Turn:
     """Lock the model's turn until the claim's transaction ends, and read it (one small
     locking read; the model's first claim creates the row first).
@@ -60,13 +78,16 @@ def take(model: type[models.Model], using: str, key: str) -> Turn:
     ranking what the one before left (its rows RUNNING, the turn moved past them). They wait
     for each other that long (a claim's short transaction, no user code), never for queue
     rows, which they still lock with ``SKIP LOCKED``."""
-    turns = _turns(model, using).select_for_update().values_list("last_key", flat=True)
-    found = list(turns)
-    if not found:
-        QueueFairTurn._default_manager.using(using).bulk_create(
-            [QueueFairTurn(model=model._meta.label, last_key="")], ignore_conflicts=True
-        )
-        found = list(turns)
+    read = _statements(using)[0]
+    with connections[using].cursor() as cursor:
+        cursor.execute(read, [model._meta.label])
+        found = cursor.fetchone()
+        if found is None:
+            QueueFairTurn._default_manager.using(using).bulk_create(
+                [QueueFairTurn(model=model._meta.label, last_key="")], ignore_conflicts=True
+            )
+            cursor.execute(read, [model._meta.label])
+            found = cursor.fetchone()
     return _as_turn(model, key, found[0] if found else None)
 
 
@@ -86,7 +107,10 @@ def served(model: type[models.Model], using: str, last: Any) -> None:
     if last is None:
         return
     text = str(last)[:255]
-    if not _turns(model, using).update(last_key=text):
+    with connections[using].cursor() as cursor:
+        cursor.execute(_statements(using)[1], [text, model._meta.label])
+        moved = cursor.rowcount
+    if not moved:
         QueueFairTurn._default_manager.using(using).bulk_create(
             [QueueFairTurn(model=model._meta.label, last_key=text)], ignore_conflicts=True
         )

@@ -31,7 +31,10 @@ pytestmark = [
 def _bounded_backend() -> None:
     if not backend_for("default").bounded_fair:
         pytest.skip("SQLite ranks every due row (one writer; correct, not fast)")
-    bounded._ROWS_PER_KEY.clear()  # the walk's hint of this process: each test starts without
+    # The walk's hints of this process: each test starts without.
+    bounded._ROWS_PER_KEY.clear()
+    bounded._BOTH_SEGMENTS.clear()
+    bounded._FULL_LOOSE_SCANS.clear()
 
 
 def _scenario(seed: int) -> None:
