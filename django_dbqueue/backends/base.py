@@ -62,7 +62,13 @@ class QueueBackend:
     # -- the fair claim's keys ------------------------------------------------------------------
 
     def fair_walk_sql(
-        self, parts: list[Any], key: str, limit: Any, budget: Any, heads: Callable[[], SqlParams]
+        self,
+        parts: list[Any],
+        key: str,
+        limit: Any,
+        budget: Any,
+        heads: Callable[[], SqlParams],
+        extra: SqlParams | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
         """The SELECT of the fair claim's walk (``fairness/heads.py``): in one statement, up
         to ``limit`` keys of each of the READY ``parts`` (QuerySets without a state filter,
@@ -71,22 +77,21 @@ class QueueBackend:
         by part and key. ``heads()`` gives the select list of the last four columns over the
         derived table ``dbqueue_keys`` (its head columns correlated subqueries: one index dive
         per key, the plain claim order). ``limit`` and ``budget`` go as parameters (the
-        statement is built once and run with parameters only)."""
+        statement is built once and run with parameters only). ``extra``, a SELECT of the same
+        five columns, is sent in the same statement (``UNION ALL``; one round trip less)."""
         branches, params = [], []
         for number, part in enumerate(parts):
             keys_sql, keys_params = self.fair_keys_sql(part, key, limit, budget)
             branches.append(f"(SELECT {number} AS dbqueue_part, dbqueue_p.* FROM ({keys_sql}) dbqueue_p)")
             params.extend(keys_params)
         columns, head_params = heads()
-        sql = (
-            f"SELECT dbqueue_keys.dbqueue_part, {columns} FROM ({' UNION ALL '.join(branches)}) dbqueue_keys "
-            "ORDER BY dbqueue_keys.dbqueue_part, dbqueue_keys.dbqueue_key"
-        )
-        return sql, (*head_params, *params)
+        walked = " UNION ALL ".join(branches)
+        sql = f"SELECT dbqueue_keys.dbqueue_part, {columns} FROM ({walked}) dbqueue_keys"
+        if extra is not None:
+            sql, params = f"{sql} UNION ALL {extra[0]}", [*params, *extra[1]]
+        return f"{sql} ORDER BY 1, 2", (*head_params, *params)
 
-    def fair_keys_sql(
-        self, rows: Any, key: str, limit: Any, budget: Any
-    ) -> tuple[str, tuple[Any, ...]]:
+    def fair_keys_sql(self, rows: Any, key: str, limit: Any, budget: Any) -> tuple[str, tuple[Any, ...]]:
         """A derived table of up to ``limit`` keys of the READY ``rows`` (a QuerySet
         without a state filter) in key order, NULL left out: columns ``dbqueue_key`` and
         ``dbqueue_rows``, the index entries read for the key (NULL when not counted).

@@ -41,7 +41,13 @@ class PostgreSQLBackend(QueueBackend):
     can_notify = True
 
     def fair_walk_sql(
-        self, parts: list[Any], key: str, limit: Any, budget: Any, heads: Callable[[], SqlParams]
+        self,
+        parts: list[Any],
+        key: str,
+        limit: Any,
+        budget: Any,
+        heads: Callable[[], SqlParams],
+        extra: SqlParams | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
         """PostgreSQL 15 has no loose index scan (a GROUP BY would read every READY row): a
         recursive walk per part takes one key at a time, each step one index dive on the fair
@@ -49,15 +55,18 @@ class PostgreSQLBackend(QueueBackend):
         the first due row after it, which is the next key's head (a LATERAL subquery returns
         both columns); it stops after ``limit`` keys. Keys with no due row are stepped over.
         No budget: the walk never reads a key's other rows. The parts' walks are CTEs of one
-        statement."""
+        statement, ``extra`` a SELECT after them."""
         ctes, selects, params = [], [], []
         for number, part in enumerate(parts):
             cte, cte_params = self._walk_cte(f"dbqueue_walk{number}", part, key, limit)
             ctes.append(cte)
             params.extend(cte_params)
-            selects.append(
-                f"SELECT {number}, dbqueue_key, NULL, dbqueue_pk, dbqueue_priority FROM dbqueue_walk{number}"
-            )
+            # Typed NULL: an ``extra`` SELECT after the walks may count rows there (bigint).
+            columns = "dbqueue_key, CAST(NULL AS bigint), dbqueue_pk, dbqueue_priority"
+            selects.append(f"SELECT {number}, {columns} FROM dbqueue_walk{number}")
+        if extra is not None:
+            selects.append(extra[0])
+            params.extend(extra[1])
         sql = f"WITH RECURSIVE {', '.join(ctes)} {' UNION ALL '.join(selects)} ORDER BY 1, 2"
         return sql, tuple(params)
 

@@ -48,6 +48,9 @@ _ROWS_PER_KEY: dict[tuple[str, str], float] = {}
 #: statement (few keys: both are needed), else for the first (many keys: it is usually
 #: enough). A hint too: either gives the same keys.
 _BOTH_SEGMENTS: dict[tuple[str, str], bool] = {}
+#: How many keys had rows in flight at the model's last claim (by database): the first walk,
+#: which counts them in the same statement, asks for that many keys more than the window.
+_HELD_KEYS: dict[tuple[str, str], int] = {}
 
 
 def _budget(memory: tuple[str, str], step: int) -> int | None:
@@ -101,11 +104,6 @@ class Key:
         return self.held == 0 and self.weight >= DEFAULT_WEIGHT
 
 
-def held_counts(qs: models.QuerySet, key: str) -> dict[Any, int]:
-    """Each key's RUNNING rows (a small read: the running rows are few)."""
-    return heads.running(qs, key, heads.filters_of(qs))
-
-
 def bounded_order(
     qs: models.QuerySet, fair: FairShare, window: int, turn: rotation.Turn | None = None
 ) -> list[tuple[Any, Any]]:
@@ -114,11 +112,9 @@ def bounded_order(
     assert fair.key is not None
     if turn is None:
         turn = rotation.last_served(qs.model, qs.db, fair.key)
-    filters = heads.filters_of(qs)
-    held = heads.running(qs, fair.key, filters)
     weights = weight_table(qs.model, fair)
-    walker = heads.Walker(qs, fair.key, filters)
-    keys, walked_all = _walk(walker, window, held, weights, turn)
+    walker = heads.Walker(qs, fair.key, heads.filters_of(qs))
+    keys, held, walked_all = _walk(walker, window, weights, turn)
     _add_unwalked(keys, held, weights, walked_all)
     _read_places(qs, fair.key, keys, window)
     ranked = [
@@ -139,32 +135,36 @@ def _segments(turn: rotation.Turn) -> list[heads.Segment]:
 
 
 def _walk(
-    walker: heads.Walker,
-    window: int,
-    held: dict[Any, int],
-    weights: dict[Any, float],
-    turn: rotation.Turn,
-) -> tuple[dict[Any, Key], bool]:
+    walker: heads.Walker, window: int, weights: dict[Any, float], turn: rotation.Turn
+) -> tuple[dict[Any, Key], dict[Any, int], bool]:
     """Keys with a due head in round-robin order, until ``window`` of them rank 1 or better;
-    and whether every key with READY rows was walked. One statement in the usual case: the
-    segments the model's last walk needed, each as far as ``step`` keys."""
+    the keys' RUNNING rows (counted by the first walk); and whether every key with READY
+    rows was walked. One statement in the usual case: the RUNNING rows, and the segments the
+    model's last walk needed, each as far as ``step`` keys."""
     keys: dict[Any, Key] = {}
-    step = window + len(held)  # held keys may take places in the walk without filling it
+    held: dict[Any, int] | None = None
     memory = (walker.qs.db, walker.qs.model._meta.label)
+    # Keys with rows in flight take places in the walk without filling it: as many as the
+    # last claim found (the walk goes on if there are more now).
+    step = window + _HELD_KEYS.get(memory, 0)
     segments = _segments(turn)
     both = _BOTH_SEGMENTS.get(memory, False)
     while True:
         open_segments = [segment for segment in segments if not segment.done]
         if not open_segments:
             _BOTH_SEGMENTS[memory] = len(segments) > 1
-            return keys, True
+            return keys, held or {}, True
         asked = open_segments if both else open_segments[:1]
         budget = _budget(memory, step)
-        for segment, (walked, stopped_early) in zip(asked, walker.walk(asked, step, budget), strict=True):
+        results, counted = walker.walk(asked, step, budget, with_running=held is None)
+        if held is None:
+            held = counted
+            _HELD_KEYS[memory] = len(held)
+        for segment, (walked, stopped_early) in zip(asked, results, strict=True):
             _remember(memory, budget, len(walked), step, stopped_early)
             if _take_keys(keys, walked, held, weights, window):
                 _BOTH_SEGMENTS[memory] = segment is not segments[0]
-                return keys, False
+                return keys, held, False
             segment.done = len(walked) < step and not stopped_early
             if not segment.done:  # keys of more rows than budgeted, or more keys: walk on from here
                 segment.after = walked[-1][0] if walked else segment.after

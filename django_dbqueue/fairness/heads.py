@@ -1,11 +1,11 @@
 """The bounded fair claim's reads: the keys with work, and the first rows of chosen keys.
 
-Three statements, read through the fair index (``(queue_state, key, -queue_priority,
+Two statements, read through the fair index (``(queue_state, key, -queue_priority,
 queue_run_at, pk)``, asked for by check W051) and never more rows than they return, give or
 take the keys' future rows:
 
-* :func:`running` — each key's RUNNING rows (the running rows are few);
-* :meth:`Walker.walk` — the next keys with READY rows of one or more ranges of keys (the
+* :meth:`Walker.walk` — each key's RUNNING rows (the running rows are few), and in the
+  same statement the next keys with READY rows of one or more ranges of keys (the
   round robin's segments: after the key served last, then from the first), in key order
   (the backend's :meth:`~django_dbqueue.backends.base.QueueBackend.fair_walk_sql`: a loose
   index scan or a budgeted range on MySQL and MariaDB, a recursive skip scan on PostgreSQL),
@@ -18,7 +18,7 @@ take the keys' future rows:
 
 The statements are compiled by the ORM (the QuerySet the claim narrowed: pauses, full keys,
 the caller's filters), joined as derived tables and run through ``connection.cursor()``. The
-first two are compiled once per model, database, claim filters and shape of walk
+walk is compiled once per model, database, claim filters and shape of walk
 (:class:`Statement`), with :class:`Marker` parameters where each claim's values go (the
 turn, the last key walked, the limits): compiling them on every walk cost a fair claim
 about 2.5 ms of Python each time (issue #37's profile).
@@ -109,18 +109,16 @@ def _head(qs: models.QuerySet, key: str, column: str) -> SqlParams:
     return _compiled(of_walked.order_by(*IN_KEY_ORDER).values(column)[:1])
 
 
-def running(qs: models.QuerySet, key: str, filters: tuple[Any, ...] | None) -> dict[Any, int]:
-    """Each key's RUNNING rows (a small read: the running rows are few)."""
+def _running_sql(qs: models.QuerySet, key: str) -> SqlParams:
+    held = qs.filter(queue_state=QueueState.RUNNING).order_by().values(key).annotate(n=Count("pk"))
+    return _compiled(held.values_list(key, "n"))
 
-    def build() -> SqlParams:
-        held = qs.filter(queue_state=QueueState.RUNNING).order_by().values(key).annotate(n=Count("pk"))
-        return _compiled(held.values_list(key, "n"))
 
-    statement = cached(filters, ("running", key), build)
-    to_python = qs.model._meta.get_field(key).to_python
-    with connections[qs.db].cursor() as cursor:
-        cursor.execute(statement.sql, statement.params)
-        return {None if value is None else to_python(value): n for value, n in cursor.fetchall()}
+def _running_rows(qs: models.QuerySet, key: str) -> SqlParams:
+    """The RUNNING counts as rows of the walk's five columns (part -1 first: see ``walk``)."""
+    sql, params = _running_sql(qs, key)
+    column = connections[qs.db].ops.quote_name(qs.model._meta.get_field(key).column)
+    return f"SELECT -1, dbqueue_r.{column}, dbqueue_r.n, NULL, NULL FROM ({sql}) dbqueue_r", params
 
 
 @dataclass
@@ -153,7 +151,7 @@ class Walker:
     def _marker(self, name: Any) -> RawSQL:
         return RawSQL("%s", (Marker(name),), output_field=self.field)
 
-    def _build(self, segments: list[Segment], loose: bool) -> SqlParams:
+    def _build(self, segments: list[Segment], loose: bool, with_running: bool) -> SqlParams:
         parts = []
         for number, segment in enumerate(segments):
             part = self.qs
@@ -163,17 +161,27 @@ class Walker:
                 part = part.filter(**{f"{self.key}__gt": self._marker(("after", number))})
             parts.append(part)
         budget = None if loose else Marker("budget")
-        return backend_for(self.qs.db).fair_walk_sql(parts, self.key, Marker("limit"), budget, self._heads)
+        extra = _running_rows(self.qs, self.key) if with_running else None
+        return backend_for(self.qs.db).fair_walk_sql(
+            parts, self.key, Marker("limit"), budget, self._heads, extra
+        )
 
     def walk(
-        self, segments: list[Segment], limit: int, budget: int | None
-    ) -> list[tuple[list[tuple[Any, Row | None]], bool]]:
+        self, segments: list[Segment], limit: int, budget: int | None, with_running: bool = False
+    ) -> tuple[list[tuple[list[tuple[Any, Row | None]], bool]], dict[Any, int]]:
         """For each of ``segments`` (one statement for them all): up to ``limit`` keys with
         READY rows, in key order, each with its head row (None when none of its rows is
         due); and whether the walk stopped at its ``budget`` of index entries (see
-        ``fair_keys_sql``) rather than at the last key."""
-        shape = ("walk", self.key, budget is None, *((s.lookup, s.after is None) for s in segments))
-        statement = cached(self.filters, shape, lambda: self._build(segments, budget is None))
+        ``fair_keys_sql``) rather than at the last key. With ``with_running``, the same
+        statement counts each key's RUNNING rows too (returned second; else empty)."""
+        shape = (
+            "walk",
+            self.key,
+            budget is None,
+            with_running,
+            *((s.lookup, s.after is None) for s in segments),
+        )
+        statement = cached(self.filters, shape, lambda: self._build(segments, budget is None, with_running))
         connection = connections[self.qs.db]
         values: dict[Any, Any] = {"limit": limit, "budget": budget}
         for number, segment in enumerate(segments):
@@ -184,12 +192,16 @@ class Walker:
             found = cursor.fetchall()
         walked: list[list[tuple[Any, Row | None]]] = [[] for _ in segments]
         read = [0] * len(segments)
+        held: dict[Any, int] = {}
         for number, raw_key, rows, pk, priority in found:
-            value = self.to_python(raw_key)
+            value = None if raw_key is None else self.to_python(raw_key)
+            if number < 0:
+                held[value] = int(rows)
+                continue
             walked[number].append((value, None if pk is None else (pk, value, priority)))
             read[number] += rows or 0
         ran_out = [budget is not None and count >= budget for count in read]
-        return list(zip(walked, ran_out, strict=True))
+        return list(zip(walked, ran_out, strict=True)), held
 
 
 def first_rows(qs: models.QuerySet, key: str, wanted: dict[Any, int]) -> dict[Any, list[Row]]:
