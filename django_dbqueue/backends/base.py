@@ -79,7 +79,8 @@ class QueueBackend:
         per key, the plain claim order). ``limit`` and ``budget`` go as parameters (the
         statement is built once and run with parameters only). ``extra``, a SELECT of the same
         five columns, is sent in the same statement (``UNION ALL``; one round trip less)."""
-        branches, params = [], []
+        branches: list[str] = []
+        params: list[Any] = []
         for number, part in enumerate(parts):
             keys_sql, keys_params = self.fair_keys_sql(part, key, limit, budget)
             branches.append(f"(SELECT {number} AS dbqueue_part, dbqueue_p.* FROM ({keys_sql}) dbqueue_p)")

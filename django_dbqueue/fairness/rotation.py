@@ -16,7 +16,7 @@ stopped (see :func:`take` for why a read without the lock is not enough).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, models
 from django.db.models import Case, F, Q, Value, When
@@ -55,7 +55,9 @@ def _statements(using: str) -> tuple[str, str]:
     quote = connection.ops.quote_name
     meta = QueueFairTurn._meta
     table = quote(meta.db_table)
-    model, last_key = (quote(meta.get_field(name).column) for name in ("model", "last_key"))
+    model, last_key = (
+        quote(cast(str, cast(models.Field, meta.get_field(name)).column)) for name in ("model", "last_key")
+    )
     # SQLite has no row locks: its claim's transaction holds the database's one write lock.
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     return (
