@@ -16,13 +16,16 @@ Part 2 (``--processes``), the issue's proof at full size: one tenant with 100,00
 tenants with 10 rows each, 4 ``runqueue`` workers (``--batch-size 4``): the claim (of 4 x 2)
 after which every quiet tenant had its first row claimed, and each tenant's share of claims
 while it had work. Part 3 (``--aging 30``): the issue's aging proof, the histogram of 100
-priority-0 rows' waits under a saturating stream of priority-10 rows. Runs use a throw-away
-test database (``test_<name>`` of DATABASE_URL).
+priority-0 rows' waits under a saturating stream of priority-10 rows. ``--claimers N
+[--batch B]``: N claimer processes at once, claims per second of the plain claim and of fair
+share over 100 keys (fair claims of a model take turns on the round robin's lock). Runs use a
+throw-away test database (``test_<name>`` of DATABASE_URL).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -30,6 +33,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -41,6 +45,7 @@ import django  # noqa: E402
 django.setup()
 
 from django.db import connection, connections  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from django_dbqueue.conf import settings  # noqa: E402
 from django_dbqueue.fairness import options  # noqa: E402
@@ -87,18 +92,27 @@ MODES = {
 }
 
 
-def timed(name: str, ready: int, claims: int) -> float:
-    """Milliseconds per claim of 100 rows over a standing backlog of ``ready`` rows."""
+def timed(name: str, ready: int, claims: int) -> tuple[float, float, float]:
+    """Per claim of 100 rows over a standing backlog of ``ready`` rows: milliseconds (wall),
+    milliseconds of this process's CPU, and statements (``BEGIN`` and ``COMMIT`` included,
+    counted over 5 claims before, untimed: the count does not move with the machine's load)."""
     model, key, aging, keys = MODES[name]
     declare(model, key, aging)
-    fill(model, ready + claims * BATCH, keys)
-    spent = []
+    fill(model, ready + (claims + 5) * BATCH, keys)
+    statements = 0
+    for _ in range(5):  # counted first, so the timed claims find the backlog of before
+        with CaptureQueriesContext(connection) as captured:
+            taken = model.objects.claim(BATCH)
+        statements += len(captured.captured_queries)
+        record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
+    spent, cpu = [], []
     for _ in range(claims):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         taken = model.objects.claim(BATCH)
         spent.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
         record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
-    return statistics.median(spent) * 1000
+    return statistics.median(spent) * 1000, statistics.median(cpu) * 1000, statements / 5
 
 
 def explain(ready: int) -> str:
@@ -215,6 +229,47 @@ def aging_run(bound: float, workers: int = 2, low: int = 100, spread: float = 0.
         )
 
 
+def _claiming(mode: str, batch: int, seconds: float, out: Any) -> None:
+    """One claimer process of :func:`concurrent`: claim, record, again, for ``seconds``."""
+    model, key, aging, _ = MODES[mode]
+    declare(model, key, aging)
+    connections.close_all()  # a forked child opens its own session
+    claims = rows = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        taken = model.objects.claim(batch)
+        if taken:
+            record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
+            claims, rows = claims + 1, rows + len(taken)
+    out.put((claims, rows))
+
+
+def concurrent(claimers: int, batch: int, seconds: float = 8.0, ready: int = 40_000) -> None:
+    """``claimers`` processes claiming ``batch`` rows at a time for ``seconds`` (each claim's
+    success recorded), the plain claim and fair share over 100 keys, twice each: claims per
+    second of them all. Fair claims of one model take turns on the round robin's turn (its
+    lock), plain claims pass each other by with SKIP LOCKED."""
+    context = multiprocessing.get_context("fork")
+    for mode in ("plain claim", "fair share, 100 keys") * 2:
+        model, key, aging, keys = MODES[mode]
+        declare(model, key, aging)
+        fill(model, ready, keys)
+        connections.close_all()
+        out = context.Queue()
+        args = (mode, batch, seconds, out)
+        started = [context.Process(target=_claiming, args=args) for _ in range(claimers)]
+        for proc in started:
+            proc.start()
+        counts = [out.get() for _ in started]
+        for proc in started:
+            proc.join()
+        claims, rows = (sum(count[i] for count in counts) / seconds for i in (0, 1))
+        print(
+            f"{mode} ({connection.vendor}): {claimers} claimers, claim({batch}): "
+            f"{claims:.0f} claims/s, {rows:.0f} rows/s"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ready", type=int, default=100_000)
@@ -222,6 +277,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--processes", action="store_true", help="the full-size run with 4 workers")
     parser.add_argument("--aging", type=float, help="the aging run with this bound (the issue's: 30)")
+    parser.add_argument(
+        "--claimers", type=int, help="this many concurrent claimer processes (claims per second)"
+    )
+    parser.add_argument("--batch", type=int, default=4, help="rows per claim with --claimers")
     parser.add_argument(
         "--aging-spread", type=float, default=0.0, help="priority-0 rows arrive over so many s"
     )
@@ -235,7 +294,10 @@ def main() -> None:
         if args.aging:
             aging_run(args.aging, spread=args.aging_spread)
             return
-        results: dict[str, list[float]] = {name: [] for name in MODES}
+        if args.claimers:
+            concurrent(args.claimers, args.batch)
+            return
+        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in MODES}
         for _ in range(args.rounds):
             for name in MODES:
                 results[name].append(timed(name, args.ready, args.claims))
@@ -243,15 +305,17 @@ def main() -> None:
     finally:
         connections.close_all()
         creation.destroy_test_db(connection.settings_dict["NAME"], verbosity=0)
-    plain = statistics.median(results["plain claim"])
+    plain = statistics.median(ms for ms, _, _ in results["plain claim"])
     print(
         f"\nClaim cost, fair share and aging ({connection.vendor}, {args.ready:,} due rows, claim({BATCH}))\n"
     )
-    print("| mode | ms per claim | ratio of rates to plain |")
-    print("|---|---:|---:|")
+    print("| mode | ms per claim | ratio of rates to plain | CPU ms per claim | statements per claim |")
+    print("|---|---:|---:|---:|---:|")
     for name, runs in results.items():
-        ms = statistics.median(runs)
-        print(f"| {name} | {ms:.1f} | {plain / ms:.2f} |")
+        ms = statistics.median(run[0] for run in runs)
+        cpu = statistics.median(run[1] for run in runs)
+        statements = statistics.median(run[2] for run in runs)
+        print(f"| {name} | {ms:.1f} | {plain / ms:.2f} | {cpu:.1f} | {statements:.1f} |")
     print(f"\nEXPLAIN of the fair ranking at {args.ready:,} due rows, 10,000 keys:\n\n{plan}")
 
 

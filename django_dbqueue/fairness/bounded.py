@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import models
-from django.db.models import Count
 
-from ..states import QueueState
 from . import heads, rotation
 from .heads import Row
 from .options import DEFAULT_WEIGHT, FairShare
@@ -45,11 +43,27 @@ BUDGET, MAX_BUDGET = 4, 64
 #: out of its budget: the next walks ask for that many per key (half as many again). A hint
 #: of this process only: any budget, or none, gives the same keys.
 _ROWS_PER_KEY: dict[tuple[str, str], float] = {}
+#: Whether the last walk of a model (by database) went past the first segment of the round
+#: robin (the keys after the turn): then the next walks ask for both segments in one
+#: statement (few keys: both are needed), else for the first (many keys: it is usually
+#: enough). A hint too: either gives the same keys.
+_BOTH_SEGMENTS: dict[tuple[str, str], bool] = {}
+#: How many keys had rows in flight at the model's last claim (by database): the first walk,
+#: which counts them in the same statement, asks for that many keys more than the window.
+_HELD_KEYS: dict[tuple[str, str], int] = {}
 
 
 def _budget(memory: tuple[str, str], step: int) -> int | None:
     per_key = max(BUDGET, 1.5 * _ROWS_PER_KEY.get(memory, 0))
     return None if per_key > MAX_BUDGET else int(per_key * step)
+
+
+#: A loose scan that finds every key it asked for may be reading many small keys (slow, one
+#: dive a key) or exactly as many big ones as asked (the right read): one in this many such
+#: scans forgets the hint, so the next walk tries the budgeted read again (one cheap walk
+#: more when the keys are big; back to the budgeted read when they became small).
+PROBE_EVERY = 8
+_FULL_LOOSE_SCANS: dict[tuple[str, str], int] = {}
 
 
 def _remember(
@@ -58,11 +72,16 @@ def _remember(
     if budget is not None and stopped_early:
         _ROWS_PER_KEY[memory] = budget / max(walked, 1)
     elif budget is None and walked >= step:
-        _ROWS_PER_KEY.pop(memory, None)  # a loose scan that found every key it asked for: many keys
-    elif memory in _ROWS_PER_KEY:
-        # Keys thinning out (or a loose scan that found plenty): a little less next time,
-        # so a model whose keys became small goes back to the budgeted read.
-        _ROWS_PER_KEY[memory] *= 0.9 if budget is not None else 0.5
+        scans = _FULL_LOOSE_SCANS[memory] = _FULL_LOOSE_SCANS.get(memory, 0) + 1
+        if scans % PROBE_EVERY == 0:
+            _ROWS_PER_KEY.pop(memory, None)
+    elif memory in _ROWS_PER_KEY and budget is not None:
+        # Keys thinning out: a little less next time, so a model whose keys became small
+        # goes back to the cheaper budgeted read. A loose scan that ran out of keys before
+        # ``step`` keeps the hint: it cost fewer than ``step`` dives, and a budgeted read of
+        # those few big keys would stop early and cost a second walk (which, halving the hint
+        # after each loose scan, happened every other claim at 100 keys of 140 rows).
+        _ROWS_PER_KEY[memory] *= 0.9
 
 
 @dataclass
@@ -85,18 +104,17 @@ class Key:
         return self.held == 0 and self.weight >= DEFAULT_WEIGHT
 
 
-def held_counts(qs: models.QuerySet, key: str) -> dict[Any, int]:
-    """Each key's RUNNING rows (a small read: the running rows are few)."""
-    running = qs.filter(queue_state=QueueState.RUNNING).order_by().values(key).annotate(n=Count("pk"))
-    return dict(running.values_list(key, "n"))
-
-
-def bounded_order(qs: models.QuerySet, fair: FairShare, window: int) -> list[tuple[Any, Any]]:
-    """``(pk, key)`` of the first ``window`` due rows of ``qs`` in fair order."""
+def bounded_order(
+    qs: models.QuerySet, fair: FairShare, window: int, turn: rotation.Turn | None = None
+) -> list[tuple[Any, Any]]:
+    """``(pk, key)`` of the first ``window`` due rows of ``qs`` in fair order (``turn``: the
+    claim's, :func:`.rotation.take`; None reads it without a lock)."""
     assert fair.key is not None
-    held = held_counts(qs, fair.key)
+    if turn is None:
+        turn = rotation.last_served(qs.model, qs.db, fair.key)
     weights = weight_table(qs.model, fair)
-    keys, walked_all = _walk(qs, fair.key, window, held, weights)
+    walker = heads.Walker(qs, fair.key, heads.filters_of(qs))
+    keys, held, walked_all = _walk(walker, window, weights, turn)
     _add_unwalked(keys, held, weights, walked_all)
     _read_places(qs, fair.key, keys, window)
     ranked = [
@@ -108,45 +126,69 @@ def bounded_order(qs: models.QuerySet, fair: FairShare, window: int) -> list[tup
     return [(row[0], row[1]) for *_, row in ranked[:window]]
 
 
-def _segments(qs: models.QuerySet, key: str) -> list[models.QuerySet]:
+def _segments(turn: rotation.Turn) -> list[heads.Segment]:
     """The round robin's order as key ranges: after the key served last, then the rest."""
-    served, last = rotation.last_served(qs.model, qs.db, key)
+    served, last = turn
     if not served:
-        return [qs]
-    return [qs.filter(**{f"{key}__gt": last}), qs.filter(**{f"{key}__lte": last})]
+        return [heads.Segment(None)]
+    return [heads.Segment("gt", last), heads.Segment("lte", last)]
 
 
 def _walk(
-    qs: models.QuerySet, key: str, window: int, held: dict[Any, int], weights: dict[Any, float]
-) -> tuple[dict[Any, Key], bool]:
+    walker: heads.Walker, window: int, weights: dict[Any, float], turn: rotation.Turn
+) -> tuple[dict[Any, Key], dict[Any, int], bool]:
     """Keys with a due head in round-robin order, until ``window`` of them rank 1 or better;
-    and whether every key with READY rows was walked."""
+    the keys' RUNNING rows (counted by the first walk); and whether every key with READY
+    rows was walked. One statement in the usual case: the RUNNING rows, and the segments the
+    model's last walk needed, each as far as ``step`` keys."""
     keys: dict[Any, Key] = {}
-    full = 0
-    step = window + len(held)  # held keys may take places in the walk without filling it
-    walker = heads.Walker(qs, key)
-    memory = (qs.db, qs.model._meta.label)
-    for segment in _segments(qs, key):
-        after: Any = None
+    held: dict[Any, int] | None = None
+    memory = (walker.qs.db, walker.qs.model._meta.label)
+    # Keys with rows in flight take places in the walk without filling it: as many as the
+    # last claim found (the walk goes on if there are more now).
+    step = window + _HELD_KEYS.get(memory, 0)
+    segments = _segments(turn)
+    both = _BOTH_SEGMENTS.get(memory, False)
+    while True:
+        open_segments = [segment for segment in segments if not segment.done]
+        if not open_segments:
+            _BOTH_SEGMENTS[memory] = len(segments) > 1
+            return keys, held or {}, True
+        asked = open_segments if both else open_segments[:1]
         budget = _budget(memory, step)
-        while True:
-            part = segment if after is None else segment.filter(**{f"{key}__gt": after})
-            walked, stopped_early = walker.walk(part, step, budget)
+        results, counted = walker.walk(asked, step, budget, with_running=held is None)
+        if held is None:
+            held = counted
+            _HELD_KEYS[memory] = len(held)
+        for segment, (walked, stopped_early) in zip(asked, results, strict=True):
             _remember(memory, budget, len(walked), step, stopped_early)
-            for value, head in walked:
-                if head is None or value in keys:
-                    continue
-                found = Key(len(keys), held.get(value, 0), weights.get(value, DEFAULT_WEIGHT), [head])
-                keys[value] = found
-                full += found.full_rank
-            if full >= window:
-                return keys, False
-            if len(walked) < step and not stopped_early:
-                break
-            if stopped_early:  # keys of more rows than budgeted: a bigger budget, or key by key
-                budget = _budget(memory, step)
-            after = walked[-1][0]
-    return keys, True
+            if _take_keys(keys, walked, held, weights, window):
+                _BOTH_SEGMENTS[memory] = segment is not segments[0]
+                return keys, held, False
+            segment.done = len(walked) < step and not stopped_early
+            if not segment.done:  # keys of more rows than budgeted, or more keys: walk on from here
+                segment.after = walked[-1][0] if walked else segment.after
+                break  # the later segments come after it in the round robin: walked once it is done
+
+
+def _take_keys(
+    keys: dict[Any, Key],
+    walked: list[tuple[Any, Row | None]],
+    held: dict[Any, int],
+    weights: dict[Any, float],
+    window: int,
+) -> bool:
+    """Add the walked keys with a head to ``keys``; whether ``window`` of them rank 1 or better."""
+    full = sum(key.full_rank for key in keys.values())
+    for value, head in walked:
+        if head is None or value in keys:
+            continue
+        found = Key(len(keys), held.get(value, 0), weights.get(value, DEFAULT_WEIGHT), [head])
+        keys[value] = found
+        full += found.full_rank
+        if full >= window:
+            return True
+    return False
 
 
 def _add_unwalked(

@@ -1,37 +1,75 @@
 """The bounded fair claim's reads: the keys with work, and the first rows of chosen keys.
 
-Two statements, both read through the fair index (``(queue_state, key, -queue_priority,
+Two statements, read through the fair index (``(queue_state, key, -queue_priority,
 queue_run_at, pk)``, asked for by check W051) and never more rows than they return, give or
 take the keys' future rows:
 
-* :meth:`Walker.walk` — the next keys with READY rows after a bound, in key order (the backend's
-  :meth:`~django_dbqueue.backends.base.QueueBackend.fair_keys_sql`: a loose index scan on
-  MySQL and MariaDB, a recursive skip scan on PostgreSQL), each with its **head**, the first
-  due row in the plain claim order (priority, due time, primary key), found by one index
-  dive per key (a correlated subquery ``ORDER BY … LIMIT 1``). A key whose READY rows are
-  all in the future comes back without a head.
+* :meth:`Walker.walk` — each key's RUNNING rows (the running rows are few), and in the
+  same statement the next keys with READY rows of one or more ranges of keys (the
+  round robin's segments: after the key served last, then from the first), in key order
+  (the backend's :meth:`~django_dbqueue.backends.base.QueueBackend.fair_walk_sql`: a loose
+  index scan or a budgeted range on MySQL and MariaDB, a recursive skip scan on PostgreSQL),
+  each with its **head**, the first due row in the plain claim order (priority, due time,
+  primary key), found by one index dive per key (a correlated subquery ``ORDER BY … LIMIT
+  1``). A key whose READY rows are all in the future comes back without a head.
 * :func:`first_rows` — the first ``n`` due rows of a few keys, one ``LIMIT n`` branch per key
   (``UNION ALL``): only keys that can take more than one row of the batch (few keys, or a
   weight above 1) need it.
 
 The statements are compiled by the ORM (the QuerySet the claim narrowed: pauses, full keys,
-the caller's filters), joined as derived tables and run through ``connection.cursor()``.
+the caller's filters), joined as derived tables and run through ``connection.cursor()``. The
+walk is compiled once per model, database, claim filters and shape of walk
+(:class:`Statement`), with :class:`Marker` parameters where each claim's values go (the
+turn, the last key walked, the limits): compiling them on every walk cost a fair claim
+about 2.5 ms of Python each time (issue #37's profile).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, models
+from django.db.models import Count
 from django.db.models.expressions import RawSQL
 
 from ..backends import backend_for
+from ..states import QueueState
 
 #: ``(pk, key, priority)`` of a due row; rows of one key come in the plain claim order.
 Row = tuple[Any, Any, int]
 IN_KEY_ORDER = ("-queue_priority", "queue_run_at", "pk")
+#: A statement and its parameters.
+SqlParams = tuple[str, tuple[Any, ...]]
+#: Statements kept (a worker uses one or two shapes per model; the rest are other filters).
+MAX_STATEMENTS = 256
+
+
+class Marker:
+    """A parameter of a cached statement, filled in for each run: ``name`` says with what."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: Any) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Marker({self.name!r})"
+
+
+@dataclass
+class Statement:
+    """A compiled statement whose parameters include :class:`Marker` objects."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+    def filled(self, values: dict[Any, Any]) -> list[Any]:
+        return [values[p.name] if isinstance(p, Marker) else p for p in self.params]
+
+
+_statements: dict[tuple[Any, ...], Statement] = {}
 
 
 def _compiled(qs: models.QuerySet) -> tuple[str, tuple[Any, ...]]:
@@ -39,21 +77,70 @@ def _compiled(qs: models.QuerySet) -> tuple[str, tuple[Any, ...]]:
     return sql, tuple(params)
 
 
-def _head(qs: models.QuerySet, key: str, column: str) -> tuple[str, tuple[Any, ...]]:
+def filters_of(qs: models.QuerySet) -> tuple[Any, ...] | None:
+    """What a statement built from ``qs`` depends on besides its model and database: the
+    claim's own filters, compiled (one small compile per claim, against one per statement).
+    None when their parameters cannot be a dictionary key: then nothing is cached."""
+    found = (qs.model, qs.db, *_compiled(qs.order_by().values("pk")))
+    try:
+        hash(found)
+    except TypeError:
+        return None
+    return found
+
+
+def cached(
+    filters: tuple[Any, ...] | None, shape: tuple[Any, ...], build: Callable[[], SqlParams]
+) -> Statement:
+    """The statement of ``shape`` for these filters, built on first use."""
+    if filters is None:
+        return Statement(*build())
+    found = _statements.get((*filters, *shape))
+    if found is None:
+        if len(_statements) >= MAX_STATEMENTS:
+            _statements.clear()  # many filters come and go (pauses): start over, rarely
+        found = _statements[(*filters, *shape)] = Statement(*build())
+    return found
+
+
+def _head(qs: models.QuerySet, key: str, column: str) -> SqlParams:
     """The scalar subquery of one column of the walked key's head row."""
     of_walked = qs.filter(**{key: RawSQL("dbqueue_keys.dbqueue_key", ())})
     return _compiled(of_walked.order_by(*IN_KEY_ORDER).values(column)[:1])
 
 
+def _running_sql(qs: models.QuerySet, key: str) -> SqlParams:
+    held = qs.filter(queue_state=QueueState.RUNNING).order_by().values(key).annotate(n=Count("pk"))
+    return _compiled(held.values_list(key, "n"))
+
+
+def _running_rows(qs: models.QuerySet, key: str) -> SqlParams:
+    """The RUNNING counts as rows of the walk's five columns (part -1 first: see ``walk``)."""
+    sql, params = _running_sql(qs, key)
+    column = connections[qs.db].ops.quote_name(qs.model._meta.get_field(key).column)
+    return f"SELECT -1, dbqueue_r.{column}, dbqueue_r.n, NULL, NULL FROM ({sql}) dbqueue_r", params
+
+
+@dataclass
+class Segment:
+    """A range of keys the walk goes through in key order: those ``lookup`` (``gt``,
+    ``lte``, or None: every key) the turn's key ``bound``; past ``after`` once walked."""
+
+    lookup: str | None
+    bound: Any = None
+    after: Any = None
+    done: bool = False
+
+
 class Walker:
-    """One claim's walks over the keys of ``qs``: the head subqueries are compiled once."""
+    """One claim's walks over the keys of ``qs``."""
 
-    def __init__(self, qs: models.QuerySet, key: str) -> None:
-        self.qs, self.key = qs, key
-        self.to_python = qs.model._meta.get_field(key).to_python
+    def __init__(self, qs: models.QuerySet, key: str, filters: tuple[Any, ...] | None) -> None:
+        self.qs, self.key, self.filters = qs, key, filters
+        self.field = qs.model._meta.get_field(key)
+        self.to_python = self.field.to_python
 
-    @functools.cached_property
-    def heads(self) -> tuple[str, tuple[Any, ...]]:
+    def _heads(self) -> SqlParams:
         """The walk's select list with each walked key's head (see ``fair_walk_sql``)."""
         ready = self.qs.ready()  # type: ignore[attr-defined]
         pk_sql, pk_params = _head(ready, self.key, "pk")
@@ -61,25 +148,60 @@ class Walker:
         columns = f"dbqueue_keys.dbqueue_key, dbqueue_keys.dbqueue_rows, ({pk_sql}), ({priority_sql})"
         return columns, (*pk_params, *priority_params)
 
+    def _marker(self, name: Any) -> RawSQL:
+        return RawSQL("%s", (Marker(name),), output_field=self.field)
+
+    def _build(self, segments: list[Segment], loose: bool, with_running: bool) -> SqlParams:
+        parts = []
+        for number, segment in enumerate(segments):
+            part = self.qs
+            if segment.lookup is not None:
+                part = part.filter(**{f"{self.key}__{segment.lookup}": self._marker(("bound", number))})
+            if segment.after is not None:
+                part = part.filter(**{f"{self.key}__gt": self._marker(("after", number))})
+            parts.append(part)
+        budget = None if loose else Marker("budget")
+        extra = _running_rows(self.qs, self.key) if with_running else None
+        return backend_for(self.qs.db).fair_walk_sql(
+            parts, self.key, Marker("limit"), budget, self._heads, extra
+        )
+
     def walk(
-        self, part: models.QuerySet, limit: int, budget: int | None
-    ) -> tuple[list[tuple[Any, Row | None]], bool]:
-        """Up to ``limit`` keys of ``part`` (``qs`` narrowed to a range of keys) with READY
-        rows, in key order, each with its head row (None when none of its rows is due); and
-        whether the walk stopped at its ``budget`` of index entries (see ``fair_keys_sql``)
-        rather than at the last key."""
-        using = self.qs.db
-        sql, params = backend_for(using).fair_walk_sql(part, self.key, limit, budget, lambda: self.heads)
-        with connections[using].cursor() as cursor:
-            cursor.execute(sql, params)
+        self, segments: list[Segment], limit: int, budget: int | None, with_running: bool = False
+    ) -> tuple[list[tuple[list[tuple[Any, Row | None]], bool]], dict[Any, int]]:
+        """For each of ``segments`` (one statement for them all): up to ``limit`` keys with
+        READY rows, in key order, each with its head row (None when none of its rows is
+        due); and whether the walk stopped at its ``budget`` of index entries (see
+        ``fair_keys_sql``) rather than at the last key. With ``with_running``, the same
+        statement counts each key's RUNNING rows too (returned second; else empty)."""
+        shape = (
+            "walk",
+            self.key,
+            budget is None,
+            with_running,
+            *((s.lookup, s.after is None) for s in segments),
+        )
+        statement = cached(self.filters, shape, lambda: self._build(segments, budget is None, with_running))
+        connection = connections[self.qs.db]
+        values: dict[Any, Any] = {"limit": limit, "budget": budget}
+        for number, segment in enumerate(segments):
+            values["bound", number] = self.field.get_db_prep_value(segment.bound, connection)
+            values["after", number] = self.field.get_db_prep_value(segment.after, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(statement.sql, statement.filled(values))
             found = cursor.fetchall()
-        walked: list[tuple[Any, Row | None]] = []
-        read = 0
-        for raw_key, rows, pk, priority in found:
-            value = self.to_python(raw_key)
-            walked.append((value, None if pk is None else (pk, value, priority)))
-            read += rows or 0
-        return walked, budget is not None and read >= budget
+        walked: list[list[tuple[Any, Row | None]]] = [[] for _ in segments]
+        read = [0] * len(segments)
+        held: dict[Any, int] = {}
+        for number, raw_key, rows, pk, priority in found:
+            value = None if raw_key is None else self.to_python(raw_key)
+            if number < 0:
+                held[value] = int(rows)
+                continue
+            walked[number].append((value, None if pk is None else (pk, value, priority)))
+            read[number] += rows or 0
+        ran_out = [budget is not None and count >= budget for count in read]
+        return list(zip(walked, ran_out, strict=True)), held
 
 
 def first_rows(qs: models.QuerySet, key: str, wanted: dict[Any, int]) -> dict[Any, list[Row]]:

@@ -7,15 +7,17 @@ transaction:
 * aging alone: due rows waiting longer than the bound first, oldest first (one locking
   SELECT, index-driven with an index on ``(queue_state, queue_run_at)``, which a system check
   asks for), then the plain claim fills what is left;
-* fair share: the fair order (without locks: the keys' running rows and the round robin's
-  turn, two small reads, then the rows that can be offered, :mod:`.bounded`; or, on SQLite,
-  with aging or with weights through the key's relation, one SELECT ranking every due row,
-  :mod:`.ranking`), then the chosen rows locked by primary key with ``SKIP LOCKED``, a
-  batch's worth at a time, until the batch is full or the candidates run out. Each
-  statement locks only rows it takes, so concurrent
-  claimers that computed the same order pass each other's rows by instead of waiting, and a
-  row another claimer took meanwhile is no longer READY, so the re-checked WHERE drops it.
-  Last, one UPDATE moves the turn past the last key taken (:mod:`.rotation`).
+* fair share: first the round robin's turn, locked until the commit (:func:`.rotation.take`:
+  the claims of a model rank one after the other, each from where the last one stopped);
+  then the fair order (without row locks: the keys' running rows, a small read, then the
+  rows that can be offered, :mod:`.bounded`; or, on SQLite, with aging or with weights
+  through the key's relation, one SELECT ranking every due row, :mod:`.ranking`), then the
+  chosen rows locked by primary key with ``SKIP LOCKED``, a batch's worth at a time, until
+  the batch is full or the candidates run out. Each statement locks only rows it takes, so
+  a row some other transaction holds (an operator's bulk action, a claim through per-key
+  limits' gate) is passed by instead of waited for, and a row that stopped being READY
+  meanwhile is dropped by the re-checked WHERE. Last, one UPDATE moves the turn past the
+  last key taken (:mod:`.rotation`).
 """
 
 from __future__ import annotations
@@ -78,8 +80,10 @@ def _fair(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[C
     taken: list[Candidate] = []
     key_of: dict[Any, Any] = {}
     bounded = _bounded(qs, fair)
+    assert fair.key is not None
+    turn = rotation.take(qs.model, qs.db, fair.key)
     for window in _windows(bounded, limit):
-        order = bounded_order(qs, fair, window) if bounded else fair_order(qs, fair, window)
+        order = bounded_order(qs, fair, window, turn) if bounded else fair_order(qs, fair, window, turn)
         fresh = [(pk, key) for pk, key in order if pk not in key_of]
         key_of.update(order)
         _lock_in_order(ready, fresh, limit, also, taken)
@@ -98,5 +102,6 @@ def _lock_in_order(
     while len(taken) < limit and start < len(order):
         chunk = [pk for pk, _ in order[start : start + limit - len(taken)]]
         start += len(chunk)
-        locked = {row[0]: row for row in _locking(ready.filter(pk__in=chunk).order_by(), also)}
+        chosen = backend_for(ready.db).with_pks(ready, chunk).order_by()
+        locked = {row[0]: row for row in _locking(chosen, also)}
         taken.extend(locked[pk] for pk in chunk if pk in locked)

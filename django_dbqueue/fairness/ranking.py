@@ -28,7 +28,7 @@ from django.db.models.functions import Cast, RowNumber
 from ..backends import DbNow, db_now_plus
 from ..states import QueueState
 from .options import FairShare
-from .rotation import rotation_order
+from .rotation import Turn, rotation_order
 from .weights import weight_expression
 
 
@@ -39,13 +39,16 @@ def aged(fair: FairShare) -> Any:
     return Case(When(queue_run_at__lte=db_now_plus(-fair.aging), then=Value(1)), default=Value(0))
 
 
-def fair_order(qs: models.QuerySet, fair: FairShare, window: int) -> list[tuple[Any, Any]]:
-    """``(pk, key)`` of up to ``window`` due rows of ``qs``, in fair order."""
+def fair_order(
+    qs: models.QuerySet, fair: FairShare, window: int, turn: Turn | None = None
+) -> list[tuple[Any, Any]]:
+    """``(pk, key)`` of up to ``window`` due rows of ``qs``, in fair order (``turn``: the
+    claim's, :func:`.rotation.take`; None reads it without a lock)."""
     assert fair.key is not None
-    return list(fair_ranking(qs, fair).values_list("pk", fair.key)[:window])
+    return list(fair_ranking(qs, fair, turn).values_list("pk", fair.key)[:window])
 
 
-def fair_ranking(qs: models.QuerySet, fair: FairShare) -> models.QuerySet:
+def fair_ranking(qs: models.QuerySet, fair: FairShare, turn: Turn | None = None) -> models.QuerySet:
     """The ranking SELECT (public to EXPLAIN it: bench/fair_claim.py)."""
     assert fair.key is not None
     within_key = [
@@ -68,7 +71,7 @@ def fair_ranking(qs: models.QuerySet, fair: FairShare) -> models.QuerySet:
             "dbqueue_fair",
             "-dbqueue_aged",
             "-queue_priority",
-            *rotation_order(qs.model, qs.db, fair.key),
+            *rotation_order(qs.model, qs.db, fair.key, turn),
             "queue_run_at",
             "pk",
         )

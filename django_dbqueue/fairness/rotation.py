@@ -7,39 +7,97 @@ claim. So ties go to the keys after the one the model's last claim served last, 
 around: over a few claims every key with work gets its turn, however many rows the others
 have, whichever host claims.
 
-Where the turn stands is one ``QueueFairTurn`` row per model, read without a lock when the
-claim ranks and moved by one UPDATE at the end of the claim.
+Where the turn stands is one ``QueueFairTurn`` row per model. A claim locks it
+(:func:`take`) before it ranks and moves it (:func:`served`) before it commits, so the claims
+of a model follow each other around the keys in one order, each starting where the last one
+stopped (see :func:`take` for why a read without the lock is not enough).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from functools import lru_cache
+from typing import Any, cast
 
-from django.db import models
+from django.db import connections, models
 from django.db.models import Case, F, Q, Value, When
 
 from ..tables.fairness import QueueFairTurn
+
+#: Whether the model has a turn, and the key its last claim served last.
+Turn = tuple[bool, Any]
+NO_TURN: Turn = (False, None)
 
 
 def _turns(model: type[models.Model], using: str) -> models.QuerySet:
     return QueueFairTurn._default_manager.using(using).filter(model=model._meta.label)
 
 
-def last_served(model: type[models.Model], using: str, key: str) -> tuple[bool, Any]:
-    """Whether the model has a turn, and the key its last claim served last (one small read)."""
-    text = _turns(model, using).values_list("last_key", flat=True).first()
+def _as_turn(model: type[models.Model], key: str, text: str | None) -> Turn:
     if not text:
-        return False, None
+        return NO_TURN
     try:
         return True, model._meta.get_field(key).to_python(text)  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - a turn that does not read back starts from the first key
-        return False, None
+        return NO_TURN
 
 
-def rotation_order(model: type[models.Model], using: str, key: str) -> list[Any]:
-    """Order expressions: keys after the last one served first, then the rest, by key."""
+def last_served(model: type[models.Model], using: str, key: str) -> Turn:
+    """The turn, read without a lock (one small read): for a look at the order outside a
+    claim (tests, EXPLAIN); a claim takes it with :func:`take`."""
+    return _as_turn(model, key, _turns(model, using).values_list("last_key", flat=True).first())
+
+
+@lru_cache(maxsize=16)
+def _statements(using: str) -> tuple[str, str]:
+    """The turn's locking read and its move on database ``using``, built once (they are
+    sent on every fair claim): identifiers quoted by the connection, values parameters."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    meta = QueueFairTurn._meta
+    table = quote(meta.db_table)
+    model, last_key = (
+        quote(cast(str, cast(models.Field, meta.get_field(name)).column)) for name in ("model", "last_key")
+    )
+    # SQLite has no row locks: its claim's transaction holds the database's one write lock.
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    return (
+        f"SELECT {last_key} FROM {table} WHERE {model} = %s{lock}",
+        f"UPDATE {table} SET {last_key} = %s WHERE {model} = %s",
+    )
+
+
+def take(model: type[models.Model], using: str, key: str) -> Turn:
+    """Lock the model's turn until the claim's transaction ends, and read it (one small
+    locking read; the model's first claim creates the row first).
+
+    Why the lock, and before the ranking: the turn is one position shared by every claimer.
+    Read without a lock, claimers in flight at once rank from the same position, or from one
+    already stale when they lock their rows; the one that moves the turn last moves it back
+    over keys the others just served, and the next claims serve those keys again while the
+    keys beyond wait (seen with 4 ``runqueue`` workers on a loaded machine: a quiet tenant
+    first claimed in the 10th claim, not within the 8 of two claim cycles). Held from before
+    the ranking to the commit, the claims of a model take the turn one after the other, each
+    ranking what the one before left (its rows RUNNING, the turn moved past them). They wait
+    for each other that long (a claim's short transaction, no user code), never for queue
+    rows, which they still lock with ``SKIP LOCKED``."""
+    read = _statements(using)[0]
+    with connections[using].cursor() as cursor:
+        cursor.execute(read, [model._meta.label])
+        found = cursor.fetchone()
+        if found is None:
+            QueueFairTurn._default_manager.using(using).bulk_create(
+                [QueueFairTurn(model=model._meta.label, last_key="")], ignore_conflicts=True
+            )
+            cursor.execute(read, [model._meta.label])
+            found = cursor.fetchone()
+    return _as_turn(model, key, found[0] if found else None)
+
+
+def rotation_order(model: type[models.Model], using: str, key: str, turn: Turn | None = None) -> list[Any]:
+    """Order expressions: keys after the last one served first, then the rest, by key
+    (``turn``: as :func:`take` found it; None reads it without a lock)."""
     by_key = F(key).asc()
-    served, last = last_served(model, using, key)
+    served, last = last_served(model, using, key) if turn is None else turn
     if not served:
         return [by_key]
     after = Case(When(Q(**{f"{key}__gt": last}), then=Value(0)), default=Value(1))
@@ -51,7 +109,10 @@ def served(model: type[models.Model], using: str, last: Any) -> None:
     if last is None:
         return
     text = str(last)[:255]
-    if not _turns(model, using).update(last_key=text):
+    with connections[using].cursor() as cursor:
+        cursor.execute(_statements(using)[1], [text, model._meta.label])
+        moved = cursor.rowcount
+    if not moved:
         QueueFairTurn._default_manager.using(using).bulk_create(
             [QueueFairTurn(model=model._meta.label, last_key=text)], ignore_conflicts=True
         )

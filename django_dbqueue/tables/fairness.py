@@ -9,8 +9,8 @@ class QueueFairTurn(models.Model):
     """One row per model with a fair key: the key the last claim served last.
 
     Claims at the same fair rank start after it (``fairness.rotation``), so every host's
-    claims take turns over the keys together. Claimers read it without a lock and move it at
-    the end of their short transaction: two claims of a model in the same instant queue on
+    claims take turns over the keys together. A claim locks it before it ranks and moves it
+    before its short transaction commits: two claims of a model in the same instant queue on
     this row for the other's commit, never on each other's queue rows."""
 
     model = models.CharField(max_length=200, unique=True)
