@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from ..messaging.message import ArchivedMessage, Message, MessageQuerySet, PayloadField, UndecodablePayload
 from ..observability.trace_mixin import QueueTraceMixin
-from ..queue.mixin import CLAIM_INDEX_FIELDS, HAS_ERROR_INDEX_FIELDS, QueueMixin, queue_model, queue_models
+from ..queue.mixin import (
+    CLAIM_INDEX_FIELDS,
+    DUE_INDEX_FIELDS,
+    HAS_ERROR_INDEX_FIELDS,
+    QueueMixin,
+    queue_model,
+    queue_models,
+)
 from ..queue.queryset import QueueManager, QueueQuerySet, QueueQuerySetMixin
 from ..queue.row import QUEUE_FIELDS
 from ..tables.attempt import QueueAttempt
@@ -30,6 +37,7 @@ from ..tasks.record import TaskRecord
 
 __all__ = [
     "CLAIM_INDEX_FIELDS",
+    "DUE_INDEX_FIELDS",
     "HAS_ERROR_INDEX_FIELDS",
     "QUEUE_FIELDS",
     "ArchivedMessage",
