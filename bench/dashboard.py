@@ -3,6 +3,7 @@
     DATABASE_URL=mysql://root@127.0.0.1:3306/dbq_dashboard_bench .venv/bin/python bench/dashboard.py
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/dbq_dashboard_bench .venv/bin/python bench/dashboard.py
 
+(Create the database first: ``CREATE DATABASE dbq_dashboard_bench``; the script migrates it.)
 Fills ``django_dbqueue_queueattempt`` with 1,000,000 rows in two shapes and times the admin
 dashboard of ``testapp.Ticket`` through Django's test client (the whole request: counts per
 state, the charts' grouped statement, the SVG, the templates): the first view with no settled
