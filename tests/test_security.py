@@ -25,6 +25,10 @@ REVIEWED = {
     ("django_dbqueue/backends/mysql.py", "estimate"): (
         "EXPLAIN + the SQL Django compiled for a QuerySet; its params go separately"
     ),
+    ("django_dbqueue/backends/postgresql.py", "_walk_cte"): (
+        "the fair claim's recursive walk names its own CTE's column (dbqueue_walk<n>.dbqueue_key, "
+        "a name the code makes from a loop counter, no data); every value a parameter"
+    ),
     ("django_dbqueue/queue/history.py", "copy_attempts"): (
         "INSERT … SELECT of attempt rows: identifiers through quote_name(), the key's text cast "
         "from backends/, one %s per id; every value a parameter"
