@@ -63,20 +63,20 @@ services:
 
 test: venv services test-passes
 
-# Everything `make test` runs, three at a time, longest first: the three databases' passes and
-# the Spark pass (each on its own server, database or file; tests/README.md says which tests each
-# runs; Spark's JVMs start in the fourth job, when a slot frees, so that the process-heavy tests
-# of the first minutes share the cores with two passes, not with two passes and the JVMs), the smoke runs of the older Django series and Pythons, then lint, check, docs and
-# package, each as soon as a slot frees up. -O prints each job's output whole when it ends, so the
+# Everything `make test` runs, three at a time, longest first (by the wall times of the last
+# run, which `make test` prints at its end: a long pass started last would run alone at the end
+# while a core idles): the three databases' passes and the Spark pass (each on its own server,
+# database or file; tests/README.md says which tests each runs), the smoke runs of the older
+# Django series and Pythons, then lint, check, docs and package, each as soon as a slot frees up. -O prints each job's output whole when it ends, so the
 # log reads as if they had run one after another; each pass ends with its wall time
 # (scripts/timed.sh), and the run with all of them and how busy the machine's CPUs were
 # (scripts/machine-busy.sh). TEST_JOBS=1 runs them one after another.
 TEST_JOBS ?= 3
 TEST_TIMES ?= $(CURDIR)/test-times.log
 TIMED = TEST_TIMES=$(TEST_TIMES) bash scripts/timed.sh
-TEST_PASSES = test-sqlite-wings test-mariadb-wings test-postgresql-contract test-spark test-sqlite-contract \
-              test-mariadb-contract test-postgresql-wings test-install test-admin \
-              $(TEST_DJANGO_SERIES:%=test-django-%) $(PYTHON_SERIES:%=test-python-%) lint check docs package
+TEST_PASSES = test-mariadb-wings test-postgresql-contract test-sqlite-wings test-mariadb-contract \
+              test-sqlite-contract test-spark $(TEST_DJANGO_SERIES:%=test-django-%) test-postgresql-wings \
+              test-admin $(PYTHON_SERIES:%=test-python-%) test-install lint check docs package
 test-passes: venv services
 	@rm -f $(TEST_TIMES)
 	@bash scripts/machine-busy.sh $(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(TEST_PASSES) \
