@@ -19,6 +19,7 @@ from django.db import OperationalError, connections
 from ..conf import settings
 from .base import QueueBackend
 from .clock import DbNow, QueueTimeField, aware, db_now_plus, read_now
+from .columns import quoted_column
 from .inserts import insert_new
 from .mysql import MySQLBackend
 from .postgresql import PostgreSQLBackend
@@ -32,6 +33,7 @@ __all__ = [
     "backend_for",
     "db_now_plus",
     "insert_new",
+    "quoted_column",
     "read_now",
     "retry_on_lock_conflicts",
 ]

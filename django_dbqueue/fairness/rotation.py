@@ -16,11 +16,12 @@ stopped (see :func:`take` for why a read without the lock is not enough).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any
 
 from django.db import connections, models
 from django.db.models import Case, F, Q, Value, When
 
+from ..backends import quoted_column
 from ..tables.fairness import QueueFairTurn
 
 #: Whether the model has a turn, and the key its last claim served last.
@@ -52,12 +53,8 @@ def _statements(using: str) -> tuple[str, str]:
     """The turn's locking read and its move on database ``using``, built once (they are
     sent on every fair claim): identifiers quoted by the connection, values parameters."""
     connection = connections[using]
-    quote = connection.ops.quote_name
-    meta = QueueFairTurn._meta
-    table = quote(meta.db_table)
-    model, last_key = (
-        quote(cast(str, cast(models.Field, meta.get_field(name)).column)) for name in ("model", "last_key")
-    )
+    table = connection.ops.quote_name(QueueFairTurn._meta.db_table)
+    model, last_key = (quoted_column(connection, QueueFairTurn, name) for name in ("model", "last_key"))
     # SQLite has no row locks: its claim's transaction holds the database's one write lock.
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     return (

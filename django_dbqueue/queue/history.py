@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections, models
 
-from ..backends import backend_for
+from ..backends import backend_for, quoted_column
 from ..conf import settings
 from ..states import AttemptOutcome  # noqa: F401 - its old home: the outcomes import it here
 from ..tables.attempt import QueueAttempt
@@ -128,7 +128,7 @@ def _copy_statement(model: type[QueueRow], using: str) -> str:
     attempt = attempt_model()
 
     def column(of: type[models.Model], name: str) -> str:
-        return quote(cast(str, cast(models.Field, of._meta.get_field(name)).column))
+        return quoted_column(connections[using], of, name)
 
     columns = ", ".join(column(attempt, name) for name, _ in _COPIED)
     key = quote(cast(str, model._meta.pk.column))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections, models
 
+from ..backends.columns import quoted_column
 from ..states import QueueState
 from .lease import Claim
 
@@ -41,7 +42,7 @@ class Statements:
         self.pk_field = model._meta.pk
 
         def column(name: str) -> str:
-            return quote(cast(str, cast(models.Field, model._meta.get_field(name)).column))
+            return quoted_column(connection, model, name)
 
         self._finished = cast(models.Field, model._meta.get_field("queue_finished_at"))
         table, pk, token = (

@@ -25,7 +25,7 @@ from typing import Any, cast
 from django.db import connections, models
 from django.db.models.sql import Query
 
-from ..backends import DbNow
+from ..backends import DbNow, quoted_column
 from ..states import QueueState
 from ..tables.workflow import WorkflowEvent, WorkflowStep
 
@@ -42,10 +42,7 @@ class StepStatements:
         self._converters = [_converters(field, connection) for field in fields]
         self._written = [field for field in fields if not field.primary_key]
         table = quote(WorkflowStep._meta.db_table)
-        model, object_pk = (
-            quote(cast(str, cast(models.Field, WorkflowStep._meta.get_field(name)).column))
-            for name in ("model", "object_pk")
-        )
+        model, object_pk = (quoted_column(connection, WorkflowStep, name) for name in ("model", "object_pk"))
         every = ", ".join(quote(cast(str, field.column)) for field in fields)
         self._load = f"SELECT {every} FROM {table} WHERE {model} = %s AND {object_pk} = %s"
         self._load_many = f"SELECT {every} FROM {table} WHERE {model} = %s AND {object_pk} IN (<keys>)"
@@ -139,7 +136,7 @@ class HoldStatement:
         table, steps = quote(model._meta.db_table), quote(WorkflowStep._meta.db_table)
 
         def column(of: type[models.Model], name: str) -> str:
-            return quote(cast(str, cast(models.Field, of._meta.get_field(name)).column))
+            return quoted_column(connection, of, name)
 
         events = quote(WorkflowEvent._meta.db_table)
         self._steps = len(WorkflowStep._meta.concrete_fields)
@@ -235,7 +232,7 @@ class EventStatements:
         self._data = cast(models.Field, WorkflowEvent._meta.get_field("data"))
 
         def column(of: type[models.Model], name: str) -> str:
-            return quote(cast(str, cast(models.Field, of._meta.get_field(name)).column))
+            return quoted_column(connection, of, name)
 
         query = Query(None)
         now, now_params = DbNow().resolve_expression(query).as_sql(query.get_compiler(using), connection)
