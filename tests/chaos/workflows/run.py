@@ -19,7 +19,7 @@ from typing import Any
 from ..harness import Runqueue, migrate_private_database, private_workdir
 from ..mariadb import WORKER_USER, PrivateMariaDB
 from ..postgres import PrivatePostgres
-from .verdict import Faults, Mode, counters
+from .verdict import Faults, Mode, counters, unfinished_rows
 
 MODELS = ("testapp.AtomicWorkflow", "testapp.LeaseWorkflow")
 
@@ -233,8 +233,12 @@ class WorkflowChaos:
 
         faults = Faults(killed_pids=set(self.killed), disconnected_pids=self.disconnected())
         found: dict[str, int] = {}
+        stuck: list[str] = []
         for name, model in (("atomic", AtomicWorkflow), ("lease", LeaseWorkflow)):
-            found.update(counters(self.mode(name, model), faults))
+            mode = self.mode(name, model)
+            found.update(counters(mode, faults))
+            stuck += unfinished_rows(mode)
+            stuck += self.histories(model, mode)
         with connection.cursor() as cursor:
             cursor.execute("SELECT VERSION()")
             version = cursor.fetchone()[0].split(" on ")[0]
@@ -244,6 +248,7 @@ class WorkflowChaos:
             "events": dict(self.events),
             "killed pids": len(self.killed),
             "recoveries": self.recoveries,
+            "unfinished": stuck,
         }
 
     def mode(self, name: str, model: type) -> Mode:
@@ -266,6 +271,19 @@ class WorkflowChaos:
         for object_pk, step, result in steps:
             checkpoints.setdefault(int(object_pk), {})[step] = result
         return Mode(name, self.config.steps, rows, ledger, checkpoints)
+
+    def histories(self, model: type, mode: Mode) -> list[str]:
+        """The attempt history of each row that did not finish: why its attempts ended."""
+        from django_dbqueue.models import QueueAttempt
+
+        lines = []
+        for pk, (state, _error) in sorted(mode.rows.items()):
+            if state == "succeeded":
+                continue
+            attempts = QueueAttempt.objects.filter(model=model._meta.label, object_id=str(pk)).order_by("pk")
+            for number, outcome, error in attempts.values_list("attempt", "outcome", "error"):
+                lines.append(f"  {mode.name} row {pk} attempt {number}: {outcome}, {error[:90]!r}")
+        return lines
 
     def disconnected(self) -> set[int]:
         """Worker pids whose log shows a lost database session (the log lines carry the pid:

@@ -68,6 +68,17 @@ def counters(mode: Mode, faults: Faults) -> dict[str, int]:
     return out
 
 
+def unfinished_rows(mode: Mode) -> list[str]:
+    """Each workflow row that did not end SUCCEEDED, with its state, its checkpointed steps and
+    its last error: what a failed run's table shows, so the failure explains itself."""
+    return [
+        f"{mode.name} row {pk}: {state}, checkpoints {sorted(mode.checkpoints.get(pk, {}))}, "
+        f"last error {error!r}"
+        for pk, (state, error) in sorted(mode.rows.items())
+        if state != "succeeded"
+    ]
+
+
 def _cause(pid: int, faults: Faults) -> str:
     if pid in faults.killed_pids:
         return "killed"
@@ -117,6 +128,8 @@ def table(results: dict[str, Any]) -> str:
     for label, value in results["counters"].items():
         mark = "  " if label not in MUST_BE_ZERO else ("! " if value else "0=")
         row(f"{mark}{label}", value)
+    for line in results.get("unfinished", []):
+        lines.append(f"Not finished: {line}")
     lines.append(f"Recovery after the restart: {results['recoveries']}")
     lines.append(f"Timings (s): {results['timings']}")
     found = problems(results)
