@@ -15,6 +15,11 @@ if DATABASES["default"]["ENGINE"].endswith("mysql"):
 else:  # a private PostgreSQL cluster (tests/chaos/postgres.py; the workflow run's --postgresql)
     DATABASES["default"]["OPTIONS"] = {"connect_timeout": 5}
 
+# The workflow chaos run's rows (tests/testapp WorkflowBase.queue_retry_policy): attempts no
+# kill rate of the run can use up, so a row ends FAILED only for a defect (a run that fails
+# again and again loops until the run's timeout and its table shows the attempt history).
+TESTAPP_WORKFLOW_ATTEMPTS = 1_000
+
 # Rescue often and flush often: kills and restarts should cost seconds, not minutes.
 DBQUEUE_RESCUE_INTERVAL = 0.5
 DBQUEUE_FLUSH_INTERVAL = 0.5

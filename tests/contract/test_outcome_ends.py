@@ -116,6 +116,19 @@ def _rescue_charged(model: Any, row: Any) -> None:
     assert model.objects.rescue_expired() == 1
 
 
+def _rescue_spared(model: Any, row: Any) -> None:
+    """Another row of the same claim expires with it: the rescue cannot tell which one was
+    running, so neither is charged (each runs again alone)."""
+    other = model.objects.create(name="claimed with it")
+    model.objects.filter(pk=other.pk).update(
+        queue_state=QueueState.RUNNING, queue_token=row.queue_token, queue_attempts=1
+    )
+    model.objects.filter(pk=row.pk).update(queue_attempts=99)  # charged, this would be FAILED
+    _expire(model, row.pk)
+    _expire(model, other.pk)
+    assert model.objects.rescue_expired() == 2
+
+
 def _rescue_cancelled(model: Any, row: Any) -> None:
     row.request_cancel("ops")
     _expire(model, row.pk)
@@ -158,6 +171,11 @@ ENDS: dict[str, tuple[Callable[[Any, Any], None], Expected]] = {
     # The rescue: the lost attempt keeps a "lost" row; only a final state is announced.
     "rescue-charged": (
         _rescue_charged,
+        Expected(QueueState.READY, "alone", "lost", None, False, "lease expired"),
+    ),
+    # Expired with another row of its claim: READY alone whatever its attempts, a "lost" row.
+    "rescue-spared": (
+        _rescue_spared,
         Expected(QueueState.READY, "alone", "lost", None, False, "lease expired"),
     ),
     "rescue-dead": (
@@ -327,7 +345,9 @@ def test_a_late_success_on_a_cancelled_row_adds_no_attempt_row() -> None:
 
 #: A task's default retry policy allows one attempt: its failures and lost attempts are final
 #: (covered by "failed" and "rescue-dead").
-TASK_ENDS = [name for name in ENDS if name not in ("after-commit-error", "retried", "rescue-charged")]
+TASK_ENDS = [
+    name for name in ENDS if name not in ("after-commit-error", "retried", "rescue-charged", "rescue-spared")
+]
 
 
 @pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks arrived in Django 6.0")
