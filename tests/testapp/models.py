@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -512,7 +513,7 @@ class WorkflowBase(WorkflowMixin, QueueMixin):
         attempts = getattr(settings, "TESTAPP_WORKFLOW_ATTEMPTS", None)
         if attempts is None:
             return type(self).queue_retry
-        return ExponentialBackoff(base=0.05, factor=2, max_delay=1, max_attempts=attempts, jitter=0)
+        return dataclasses.replace(type(self).queue_retry, max_attempts=attempts)
 
     @workflow
     def process(self, wf: Workflow) -> None:
