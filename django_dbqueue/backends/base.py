@@ -169,6 +169,12 @@ class QueueBackend:
         Return False where the database has no such per-session bound."""
         return False
 
+    def count_running_by_index(self) -> None:
+        """Before a claim's counts of RUNNING rows, in the claim's own transaction: make them
+        read the state index entry by entry where the database would otherwise read it in a
+        way that never learns which entries are dead (PostgreSQL's bitmap scans). Nothing
+        elsewhere."""
+
     # -- wake-ups --------------------------------------------------------------------------
 
     def notify(self, tables: Iterable[str]) -> None:

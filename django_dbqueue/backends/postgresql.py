@@ -110,6 +110,18 @@ class PostgreSQLBackend(QueueBackend):
             )
         return True
 
+    def count_running_by_index(self) -> None:
+        # A row that leaves RUNNING keeps its index entries under 'running' until (auto)vacuum
+        # removes them. A bitmap scan, the plan PostgreSQL picks for "the RUNNING rows", reads
+        # every such entry's heap page on every claim and never records that it found a dead
+        # row; an index scan marks the entry dead the first time (kill_prior_tuple), and later
+        # counts skip it without a heap read. Measured (bench/flow_claim.py's table after three
+        # rounds of 4 x 20,000 rows, no vacuum): the count read 240,100 entries and 8,398 heap
+        # pages each claim (12-15 ms); by index 56 ms once, then 0.66 ms. SET LOCAL ends with
+        # the transaction, which the caller owns (never a user's).
+        with self.connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_bitmapscan = off")
+
     def server_in_transaction(self) -> bool:
         raw = self.connection.connection
         if raw is None:

@@ -26,10 +26,10 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import models
+from django.db import connections, models
 from django.db.models import Count, F
 
-from ..backends import aware, db_now_plus
+from ..backends import aware, backend_for, db_now_plus
 from ..fairness import locked_candidates
 from ..states import QueueState
 from ..tables.flow import QueueKeySlot
@@ -117,7 +117,10 @@ def limits_of(model: type[models.Model]) -> Limits | None:
 def gate(model: type[models.Model], using: str) -> Gate | None:
     """A claim's gate through the model's limits; None (the plain claim) without limits."""
     declared = limits_of(model)
-    return None if declared is None else Gate(model, declared, using)
+    if declared is None:
+        return None
+    # Built before the claim's transaction opens: whether the claim owns its transaction.
+    return Gate(model, declared, using, own_transaction=not connections[using].in_atomic_block)
 
 
 class Slot(NamedTuple):
@@ -151,12 +154,17 @@ class Gate:
     model: type[models.Model]
     limits: Limits
     using: str
+    #: The claim's transaction is its own (a worker's claim), not a caller's: the gate may
+    #: set what lasts until its end (``count_running_by_index``).
+    own_transaction: bool = False
     _key_of: dict[Any, str] = field(default_factory=dict)
     _slots: dict[str, Any] = field(default_factory=dict)
     _now: datetime | None = None
 
     def take(self, qs: Any, limit: int) -> list[tuple[Any, Any, Any]]:
         """The claim's locking SELECT (``qs.claim_candidates``) less the full keys, admitted."""
+        if self.limits.concurrency is not None and self.own_transaction:
+            backend_for(self.using).count_running_by_index()
         full = self.full_keys()
         if full:
             qs = qs.exclude(**{f"{self.limits.key}__in": full})

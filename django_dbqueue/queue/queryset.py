@@ -145,10 +145,10 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
     def _take(self, limit: int, worker_id: str, lease: timedelta) -> tuple[Claim, list[Any]] | None:
         using = self.db
         token = new_token()
+        gate = _gate(self.model, using)  # None: no limits, the plain claim
         # While this transaction is open the selected rows are locked: one SELECT, one
         # UPDATE by primary key, and no user code before the commit.
         with transaction.atomic(using=using):
-            gate = _gate(self.model, using)  # None: no limits, the plain claim
             # The model's claim order (plain, or fairness's fair share and aging).
             locked = _in_order(self, limit) if gate is None else gate.take(self, limit)
             if not locked:

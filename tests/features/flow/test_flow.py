@@ -169,6 +169,32 @@ def test_concurrency_limit_per_key_in_one_claim() -> None:
     assert [j.customer for j in again] == ["a"]
 
 
+@pytest.mark.databases("postgresql", reason="PostgreSQL's backend sets how RUNNING rows are counted")
+def test_a_workers_limited_claim_counts_running_rows_by_index_scan_on_postgresql() -> None:
+    """A bitmap scan of the RUNNING rows reads every row that was RUNNING since the last
+    vacuum on every claim; an index scan marks those entries dead once. The worker's claim
+    (its own transaction) sets that for itself; a claim inside a caller's transaction sets
+    nothing, and nothing outlives the claim's transaction."""
+    LimitedJob.objects.bulk_create([LimitedJob(customer=f"k{i % 7}") for i in range(40)])
+    with CaptureQueriesContext(connection) as captured:
+        assert LimitedJob.objects.claim(5)
+    sql = [q["sql"] for q in captured.captured_queries]
+    setting = sql.index("SET LOCAL enable_bitmapscan = off")
+    count = next(i for i, s in enumerate(sql) if "COUNT(" in s.upper())
+    assert setting < count, sql
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW enable_bitmapscan")
+        assert cursor.fetchone()[0] == "on"  # ended with the claim's transaction
+        with transaction.atomic():
+            cursor.execute("SET LOCAL enable_bitmapscan = off")
+            cursor.execute("EXPLAIN " + captured.captured_queries[count]["sql"])
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Bitmap" not in plan and "Index" in plan, plan
+    with transaction.atomic(), CaptureQueriesContext(connection) as inside:
+        assert LimitedJob.objects.claim(5)
+    assert not any("enable_bitmapscan" in q["sql"] for q in inside.captured_queries)
+
+
 @skip_on_sqlite
 def test_a_key_whose_slot_another_claim_holds_is_skipped_not_waited_for(second_connection) -> None:
     LimitedJob.objects.bulk_create([LimitedJob(customer=c) for c in "aabb"])
