@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import connections
@@ -52,6 +52,12 @@ class QueueBackend:
     #: a single writer that need not be fast, ranks every due row in one window SELECT.
     bounded_fair = True
 
+    #: Locking SELECTs can be the CTEs of one statement, beside data-modifying CTEs
+    #: (PostgreSQL): a claim then sends its aged and plain SELECTs, or the fair claim its
+    #: turn's lock with the walk and its turn's move with the rows' lock, as one statement
+    #: each (:meth:`locking_statement`, :meth:`fair_turn_ctes`). Elsewhere they stay apart.
+    locking_ctes = False
+
     def __init__(self, alias: str) -> None:
         self.alias = alias
 
@@ -69,6 +75,7 @@ class QueueBackend:
         budget: Any,
         heads: Callable[[], SqlParams],
         extra: SqlParams | None = None,
+        turn: SqlParams | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
         """The SELECT of the fair claim's walk (``fairness/heads.py``): in one statement, up
         to ``limit`` keys of each of the READY ``parts`` (QuerySets without a state filter,
@@ -78,7 +85,8 @@ class QueueBackend:
         derived table ``dbqueue_keys`` (its head columns correlated subqueries: one index dive
         per key, the plain claim order). ``limit`` and ``budget`` go as parameters (the
         statement is built once and run with parameters only). ``extra``, a SELECT of the same
-        five columns, is sent in the same statement (``UNION ALL``; one round trip less)."""
+        five columns, is sent in the same statement (``UNION ALL``; one round trip less).
+        ``turn``: :meth:`fair_turn_ctes`' (None where that is None)."""
         branches: list[str] = []
         params: list[Any] = []
         for number, part in enumerate(parts):
@@ -122,6 +130,24 @@ class QueueBackend:
             f"GROUP BY dbqueue_k.{column} ORDER BY dbqueue_k.{column} LIMIT %s"
         )
         return grouped, (*params, budget, limit)
+
+    def locking_statement(
+        self, selects: Sequence[SqlParams], limit: int | None, writes: Sequence[SqlParams] = ()
+    ) -> SqlParams:
+        """One statement of locking ``selects`` read in order (their rows one after the other,
+        at most ``limit``) and data-modifying ``writes`` run beside them: only where
+        :attr:`locking_ctes` says so."""
+        raise NotImplementedError(f"{self.vendor} cannot lock in a statement's CTEs")
+
+    def fair_turn_ctes(
+        self, table: str, model: str, last_key: str, label: str, key_type: str | None
+    ) -> SqlParams | None:
+        """The CTEs that lock a model's fair turn inside the walk's statement
+        (``fairness/heads.py``): ``dbqueue_turn(dbqueue_bound, dbqueue_fresh)``, the turn's key
+        as the walk's bound (``key_type``: ``"text"`` or ``"integer"``, else None) and
+        whether the walk's snapshot saw the turn as locked. None where the turn is taken by
+        its own statement (here: everywhere but PostgreSQL)."""
+        return None
 
     def with_pks(self, rows: Any, pks: list[Any]) -> Any:
         """``rows`` (a QuerySet) narrowed to the primary keys ``pks``: the fair claim locks the

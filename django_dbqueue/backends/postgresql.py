@@ -6,7 +6,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ def _sqlstate(exc: BaseException) -> str | None:
 class PostgreSQLBackend(QueueBackend):
     vendor = "postgresql"
     can_notify = True
+    locking_ctes = True
 
     def fair_walk_sql(
         self,
@@ -48,6 +49,7 @@ class PostgreSQLBackend(QueueBackend):
         budget: Any,
         heads: Callable[[], SqlParams],
         extra: SqlParams | None = None,
+        turn: SqlParams | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
         """PostgreSQL 15 has no loose index scan (a GROUP BY would read every READY row): a
         recursive walk per part takes one key at a time, each step one index dive on the fair
@@ -55,8 +57,14 @@ class PostgreSQLBackend(QueueBackend):
         the first due row after it, which is the next key's head (a LATERAL subquery returns
         both columns); it stops after ``limit`` keys. Keys with no due row are stepped over.
         No budget: the walk never reads a key's other rows. The parts' walks are CTEs of one
-        statement, ``extra`` a SELECT after them."""
-        ctes, selects, params = [], [], []
+        statement, ``extra`` a SELECT after them; ``turn`` (:meth:`fair_turn_ctes`) CTEs before
+        them, its row returned as part -2: ``(-2, the turn's key, 1 if fresh else 0)``."""
+        ctes: list[str] = []
+        selects: list[str] = []
+        params: list[Any] = []
+        if turn is not None:
+            ctes.append(turn[0])
+            params.extend(turn[1])
         for number, part in enumerate(parts):
             cte, cte_params = self._walk_cte(f"dbqueue_walk{number}", part, key, limit)
             ctes.append(cte)
@@ -67,6 +75,13 @@ class PostgreSQLBackend(QueueBackend):
         if extra is not None:
             selects.append(extra[0])
             params.extend(extra[1])
+        if turn is not None:
+            # Last: the walk's columns set the UNION's types (first, the turn's text would
+            # wrap every branch in a conversion).
+            selects.append(
+                "SELECT -2, dbqueue_bound, CASE WHEN dbqueue_fresh THEN 1 ELSE 0 END, NULL, NULL "
+                "FROM dbqueue_turn"
+            )
         sql = f"WITH RECURSIVE {', '.join(ctes)} {' UNION ALL '.join(selects)} ORDER BY 1, 2"
         return sql, tuple(params)
 
@@ -84,6 +99,51 @@ class PostgreSQLBackend(QueueBackend):
             f"CROSS JOIN LATERAL ({next_sql}) dbqueue_next WHERE {name}.dbqueue_n < %s)"
         )
         return cte, [*first_params, *next_params, limit]
+
+    def locking_statement(
+        self, selects: Sequence[SqlParams], limit: int | None, writes: Sequence[SqlParams] = ()
+    ) -> SqlParams:
+        """The ``selects`` as CTEs read one after the other (``UNION ALL``), the ``writes`` as
+        data-modifying CTEs. A CTE that locks is never inlined, and PostgreSQL evaluates it
+        only as far as its reader asks: under the outer ``LIMIT``, a later SELECT locks only
+        the rows still wanted. A data-modifying CTE runs in full whatever is read."""
+        ctes: list[str] = []
+        params: list[Any] = []
+        for number, (sql, write_params) in enumerate(writes):
+            ctes.append(f"dbqueue_w{number} AS ({sql})")
+            params.extend(write_params)
+        for number, (sql, select_params) in enumerate(selects):
+            ctes.append(f"dbqueue_s{number} AS ({sql})")
+            params.extend(select_params)
+        body = " UNION ALL ".join(f"SELECT * FROM dbqueue_s{number}" for number in range(len(selects)))
+        if limit is not None:
+            body, params = f"{body} LIMIT %s", [*params, limit]
+        return f"WITH {', '.join(ctes)} {body}", tuple(params)
+
+    def fair_turn_ctes(
+        self, table: str, model: str, last_key: str, label: str, key_type: str | None
+    ) -> SqlParams | None:
+        """The turn's row as the statement's snapshot saw it (``dbqueue_seen``) and locked
+        (``dbqueue_turn``). ``SKIP LOCKED``: a turn another claim holds gives no row (no wait,
+        no error, which would end the claim's transaction); the claim then takes the turn by
+        its own statement. A lock returns the row's newest version: when another claim moved
+        the turn after this statement's snapshot, its ``xmin`` differs from the one seen, the
+        walk (``dbqueue_bound`` NULL) reads nothing, and the claim walks again. The stored
+        text becomes the key's type only where that cannot fail (a bad cast would end the
+        claim's transaction; ``rotation`` reads a turn that does not parse as no turn)."""
+        if key_type == "text":
+            bound = f"NULLIF({last_key}, '')"
+        elif key_type == "integer":
+            bound = f"CASE WHEN {last_key} ~ '^-?[0-9]{{1,18}}$' THEN CAST({last_key} AS bigint) END"
+        else:
+            return None
+        seen = f"dbqueue_seen AS (SELECT xmin AS dbqueue_x FROM {table} WHERE {model} = %s)"
+        fresh = "xmin = (SELECT dbqueue_x FROM dbqueue_seen)"
+        locked = (
+            f"dbqueue_turn AS (SELECT {bound} AS dbqueue_bound, {fresh} AS dbqueue_fresh "
+            f"FROM {table} WHERE {model} = %s FOR UPDATE SKIP LOCKED)"
+        )
+        return f"{seen}, {locked}", (label, label)
 
     def with_pks(self, rows: Any, pks: list[Any]) -> Any:
         """The keys as one array parameter (``pk IN (SELECT unnest(%s))``): psycopg converts a

@@ -32,7 +32,7 @@ from typing import Any
 from django.db import models
 
 from . import heads, rotation
-from .heads import Row
+from .heads import Row, SqlParams
 from .options import DEFAULT_WEIGHT, FairShare
 from .weights import weight_table
 
@@ -104,17 +104,51 @@ class Key:
         return self.held == 0 and self.weight >= DEFAULT_WEIGHT
 
 
+class TurnNotTaken(Exception):
+    """The walk's statement did not lock the turn fresh (another claim holds it or moved it
+    after the statement's snapshot, or the model's turn is not set yet): the caller takes it
+    by :func:`.rotation.take` and asks again with it. The walk read nothing then."""
+
+
 def bounded_order(
-    qs: models.QuerySet, fair: FairShare, window: int, turn: rotation.Turn | None = None
+    qs: models.QuerySet,
+    fair: FairShare,
+    window: int,
+    turn: rotation.Turn | None = None,
+    turn_lock: SqlParams | None = None,
 ) -> list[tuple[Any, Any]]:
     """``(pk, key)`` of the first ``window`` due rows of ``qs`` in fair order (``turn``: the
-    claim's, :func:`.rotation.take`; None reads it without a lock)."""
+    claim's, :func:`.rotation.take`; None reads it without a lock). ``turn_lock``
+    (:func:`.rotation.locking_ctes`): the first walk locks the turn in its own statement
+    instead, or raises :class:`TurnNotTaken` (:func:`locking_order` says what it found)."""
     assert fair.key is not None
-    if turn is None:
-        turn = rotation.last_served(qs.model, qs.db, fair.key)
+    if turn_lock is not None:
+        return locking_order(qs, fair, window, turn_lock)[0]
+    segments = _segments(rotation.last_served(qs.model, qs.db, fair.key) if turn is None else turn)
+    return _order(qs, fair, window, segments, None)
+
+
+def locking_order(
+    qs: models.QuerySet, fair: FairShare, window: int, turn_lock: SqlParams
+) -> tuple[list[tuple[Any, Any]], rotation.Turn]:
+    """:func:`bounded_order` whose first walk locks the turn (``turn_lock``:
+    :func:`.rotation.locking_ctes`), and the turn it found; or :class:`TurnNotTaken`."""
+    segments = [heads.Segment("gt", heads.TURN_IN_STATEMENT), heads.Segment("lte", heads.TURN_IN_STATEMENT)]
+    order = _order(qs, fair, window, segments, turn_lock)
+    return order, (True, segments[0].bound)
+
+
+def _order(
+    qs: models.QuerySet,
+    fair: FairShare,
+    window: int,
+    segments: list[heads.Segment],
+    turn_lock: SqlParams | None,
+) -> list[tuple[Any, Any]]:
+    assert fair.key is not None
     weights = weight_table(qs.model, fair)
     walker = heads.Walker(qs, fair.key, heads.filters_of(qs))
-    keys, held, walked_all = _walk(walker, window, weights, turn)
+    keys, held, walked_all = _walk(walker, window, weights, segments, turn_lock)
     _add_unwalked(keys, held, weights, walked_all)
     _read_places(qs, fair.key, keys, window)
     ranked = [
@@ -134,8 +168,20 @@ def _segments(turn: rotation.Turn) -> list[heads.Segment]:
     return [heads.Segment("gt", last), heads.Segment("lte", last)]
 
 
+def _turn_taken(segments: list[heads.Segment], taken: tuple[Any, bool] | None) -> None:
+    """The segments' bound, the turn's key as the walk's statement locked it."""
+    if taken is None or not taken[1] or taken[0] is None:
+        raise TurnNotTaken
+    for segment in segments:
+        segment.bound = taken[0]
+
+
 def _walk(
-    walker: heads.Walker, window: int, weights: dict[Any, float], turn: rotation.Turn
+    walker: heads.Walker,
+    window: int,
+    weights: dict[Any, float],
+    segments: list[heads.Segment],
+    turn_lock: SqlParams | None,
 ) -> tuple[dict[Any, Key], dict[Any, int], bool]:
     """Keys with a due head in round-robin order, until ``window`` of them rank 1 or better;
     the keys' RUNNING rows (counted by the first walk); and whether every key with READY
@@ -147,7 +193,6 @@ def _walk(
     # Keys with rows in flight take places in the walk without filling it: as many as the
     # last claim found (the walk goes on if there are more now).
     step = window + _HELD_KEYS.get(memory, 0)
-    segments = _segments(turn)
     both = _BOTH_SEGMENTS.get(memory, False)
     while True:
         open_segments = [segment for segment in segments if not segment.done]
@@ -156,7 +201,10 @@ def _walk(
             return keys, held or {}, True
         asked = open_segments if both else open_segments[:1]
         budget = _budget(memory, step)
-        results, counted = walker.walk(asked, step, budget, with_running=held is None)
+        results, counted, taken = walker.walk(asked, step, budget, held is None, turn_lock)
+        if turn_lock is not None:
+            _turn_taken(segments, taken)
+            turn_lock = None
         if held is None:
             held = counted
             _HELD_KEYS[memory] = len(held)

@@ -121,6 +121,19 @@ def _running_rows(qs: models.QuerySet, key: str) -> SqlParams:
     return f"SELECT -1, dbqueue_r.{column}, dbqueue_r.n, NULL, NULL FROM ({sql}) dbqueue_r", params
 
 
+class _TurnInStatement:
+    """A segment's bound when the walk's statement locks the turn itself
+    (:func:`.rotation.locking_ctes`): the turn's key as that statement reads it."""
+
+    def __repr__(self) -> str:
+        return "TURN_IN_STATEMENT"
+
+
+TURN_IN_STATEMENT: Any = _TurnInStatement()
+#: The bound in SQL: NULL (so nothing walked) when the turn was not locked fresh.
+_TURN_BOUND = "(SELECT dbqueue_bound FROM dbqueue_turn WHERE dbqueue_fresh)"
+
+
 @dataclass
 class Segment:
     """A range of keys the walk goes through in key order: those ``lookup`` (``gt``,
@@ -151,41 +164,60 @@ class Walker:
     def _marker(self, name: Any) -> RawSQL:
         return RawSQL("%s", (Marker(name),), output_field=self.field)
 
-    def _build(self, segments: list[Segment], loose: bool, with_running: bool) -> SqlParams:
+    def _bound(self, segment: Segment, number: int) -> RawSQL:
+        if segment.bound is TURN_IN_STATEMENT:
+            return RawSQL(_TURN_BOUND, (), output_field=self.field)
+        return self._marker(("bound", number))
+
+    def _build(
+        self, segments: list[Segment], loose: bool, with_running: bool, turn: SqlParams | None
+    ) -> SqlParams:
         parts = []
         for number, segment in enumerate(segments):
             part = self.qs
             if segment.lookup is not None:
-                part = part.filter(**{f"{self.key}__{segment.lookup}": self._marker(("bound", number))})
+                part = part.filter(**{f"{self.key}__{segment.lookup}": self._bound(segment, number)})
             if segment.after is not None:
                 part = part.filter(**{f"{self.key}__gt": self._marker(("after", number))})
             parts.append(part)
         budget = None if loose else Marker("budget")
         extra = _running_rows(self.qs, self.key) if with_running else None
         return backend_for(self.qs.db).fair_walk_sql(
-            parts, self.key, Marker("limit"), budget, self._heads, extra
+            parts, self.key, Marker("limit"), budget, self._heads, extra, turn
         )
 
     def walk(
-        self, segments: list[Segment], limit: int, budget: int | None, with_running: bool = False
-    ) -> tuple[list[tuple[list[tuple[Any, Row | None]], bool]], dict[Any, int]]:
+        self,
+        segments: list[Segment],
+        limit: int,
+        budget: int | None,
+        with_running: bool = False,
+        turn: SqlParams | None = None,
+    ) -> tuple[list[tuple[list[tuple[Any, Row | None]], bool]], dict[Any, int], tuple[Any, bool] | None]:
         """For each of ``segments`` (one statement for them all): up to ``limit`` keys with
         READY rows, in key order, each with its head row (None when none of its rows is
         due); and whether the walk stopped at its ``budget`` of index entries (see
         ``fair_keys_sql``) rather than at the last key. With ``with_running``, the same
-        statement counts each key's RUNNING rows too (returned second; else empty)."""
+        statement counts each key's RUNNING rows too (returned second; else empty). With
+        ``turn`` (:func:`.rotation.locking_ctes`; the segments' bound
+        :data:`TURN_IN_STATEMENT`), the same statement locks the turn: returned third, its
+        key and whether it was locked as the walk saw it (None: not locked)."""
         shape = (
             "walk",
             self.key,
             budget is None,
             with_running,
+            turn is not None,
             *((s.lookup, s.after is None) for s in segments),
         )
-        statement = cached(self.filters, shape, lambda: self._build(segments, budget is None, with_running))
+        statement = cached(
+            self.filters, shape, lambda: self._build(segments, budget is None, with_running, turn)
+        )
         connection = connections[self.qs.db]
         values: dict[Any, Any] = {"limit": limit, "budget": budget}
         for number, segment in enumerate(segments):
-            values["bound", number] = self.field.get_db_prep_value(segment.bound, connection)
+            if segment.bound is not TURN_IN_STATEMENT:
+                values["bound", number] = self.field.get_db_prep_value(segment.bound, connection)
             values["after", number] = self.field.get_db_prep_value(segment.after, connection)
         with connection.cursor() as cursor:
             cursor.execute(statement.sql, statement.filled(values))
@@ -193,15 +225,19 @@ class Walker:
         walked: list[list[tuple[Any, Row | None]]] = [[] for _ in segments]
         read = [0] * len(segments)
         held: dict[Any, int] = {}
+        taken: tuple[Any, bool] | None = None
         for number, raw_key, rows, pk, priority in found:
             value = None if raw_key is None else self.to_python(raw_key)
+            if number == -2:
+                taken = (value, bool(rows))
+                continue
             if number < 0:
                 held[value] = int(rows)
                 continue
             walked[number].append((value, None if pk is None else (pk, value, priority)))
             read[number] += rows or 0
         ran_out = [budget is not None and count >= budget for count in read]
-        return list(zip(walked, ran_out, strict=True)), held
+        return list(zip(walked, ran_out, strict=True)), held, taken
 
 
 def first_rows(qs: models.QuerySet, key: str, wanted: dict[Any, int]) -> dict[Any, list[Row]]:

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import models
+from django.db import connections, models
 
 from ..backends import DbNow, backend_for, db_now_plus
 from ..conf import settings
-from . import rotation
-from .bounded import bounded_order
+from . import heads, rotation
+from .bounded import TurnNotTaken, bounded_order, locking_order
 from .options import FairShare, fair_share_of
 from .ranking import fair_order
 
@@ -53,12 +53,39 @@ def _locking(rows: models.QuerySet, also: tuple[str, ...]) -> models.QuerySet:
 
 def _aged_first(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[Candidate]:
     assert fair.aging is not None
-    aged = qs.ready().filter(queue_run_at__lte=db_now_plus(-fair.aging)).order_by("queue_run_at", "pk")
+    bound = fair.aging
+    aged = qs.ready().filter(queue_run_at__lte=db_now_plus(-bound)).order_by("queue_run_at", "pk")
+    backend = backend_for(qs.db)
+    if backend.locking_ctes and not also:
+        # One statement (PostgreSQL): the aged rows, then the plain claim's of the rows not
+        # aged, which locks only as many as the aged ones left room for. As two statements
+        # the second's round trip made an aging claim 16 % slower than the plain claim.
+        def build() -> tuple[str, tuple[Any, ...]]:
+            fresh = qs.filter(queue_run_at__gt=db_now_plus(-bound)).claim_candidates(limit)
+            return backend.locking_statement([_aged_sql(aged, limit), fresh.query.sql_with_params()], limit)
+
+        # Built once per model, database, claim filters and batch size: compiling its two
+        # SELECTs on every claim cost more CPU than the plain claim's one.
+        statement = heads.cached(heads.filters_of(qs), ("aging", bound, limit), build)
+        return _run(qs.db, (statement.sql, tuple(statement.filled({}))))
     taken = list(_locking(aged, also)[:limit])
     if len(taken) < limit:
         rest = qs.exclude(pk__in=[row[0] for row in taken]) if taken else qs
         taken.extend(rest.claim_candidates(limit - len(taken), *also))
     return taken
+
+
+def _aged_sql(aged: models.QuerySet, limit: int) -> tuple[str, tuple[Any, ...]]:
+    sql, params = _locking(aged, ())[:limit].query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _run(using: str, statement: tuple[str, tuple[Any, ...]]) -> list[Candidate]:
+    """Candidates of a locking statement sent as SQL (``(pk, token, database now)``: types
+    the driver returns as they are, no converters needed)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(*statement)
+        return [tuple(row) for row in cursor.fetchall()]
 
 
 def _bounded(qs: Any, fair: FairShare) -> bool:
@@ -75,33 +102,83 @@ def _windows(bounded: bool, limit: int) -> list[int]:
     return [limit, full] if bounded and full > limit else [full]
 
 
+def _first_order(
+    qs: Any, fair: FairShare, window: int, bounded: bool
+) -> tuple[list[tuple[Any, Any]], rotation.Turn]:
+    """The first pass's fair order and the claim's turn, locked: by the walk's own
+    statement where the backend can (PostgreSQL; one statement less), else first by
+    :func:`.rotation.take`."""
+    assert fair.key is not None
+    turn_lock = rotation.locking_ctes(qs.model, qs.db, fair.key) if bounded else None
+    if turn_lock is not None:
+        try:
+            return locking_order(qs, fair, window, turn_lock)
+        except TurnNotTaken:
+            pass  # another claim holds the turn or just moved it: wait for it, walk again
+    turn = rotation.take(qs.model, qs.db, fair.key)
+    return _order_of(qs, fair, window, bounded, turn), turn
+
+
+def _order_of(
+    qs: Any, fair: FairShare, window: int, bounded: bool, turn: rotation.Turn
+) -> list[tuple[Any, Any]]:
+    return bounded_order(qs, fair, window, turn) if bounded else fair_order(qs, fair, window, turn)
+
+
 def _fair(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[Candidate]:
     ready = qs.ready()
     taken: list[Candidate] = []
     key_of: dict[Any, Any] = {}
     bounded = _bounded(qs, fair)
     assert fair.key is not None
-    turn = rotation.take(qs.model, qs.db, fair.key)
-    for window in _windows(bounded, limit):
-        order = bounded_order(qs, fair, window, turn) if bounded else fair_order(qs, fair, window, turn)
+    # The first pass locks the turn; the later ones rank from the turn it found (the first
+    # pass's locking statement may have moved it already).
+    turn = rotation.NO_TURN
+    moved: list[Any] = []
+    for number, window in enumerate(_windows(bounded, limit)):
+        if number == 0:
+            order, turn = _first_order(qs, fair, window, bounded)
+        else:
+            order = _order_of(qs, fair, window, bounded, turn)
         fresh = [(pk, key) for pk, key in order if pk not in key_of]
         key_of.update(order)
-        _lock_in_order(ready, fresh, limit, also, taken)
+        _lock_in_order(qs.model, ready, fresh, limit, also, taken, None if also else moved)
         if len(taken) >= limit:
             break
-    if taken:
+    if taken and (not moved or key_of[taken[-1][0]] != moved[0]):
         rotation.served(qs.model, qs.db, key_of[taken[-1][0]])
     return taken
 
 
 def _lock_in_order(
-    ready: Any, order: list[tuple[Any, Any]], limit: int, also: tuple[str, ...], taken: list[Candidate]
+    model: Any,
+    ready: Any,
+    order: list[tuple[Any, Any]],
+    limit: int,
+    also: tuple[str, ...],
+    taken: list[Candidate],
+    moved: list[Any] | None,
 ) -> None:
-    """Lock rows of ``order`` by primary key, a batch's worth at a time, into ``taken``."""
+    """Lock rows of ``order`` by primary key, a batch's worth at a time, into ``taken``.
+
+    ``moved`` (empty, where the backend can and the claim holds the turn): the first
+    statement also moves the turn past the key of its last row, the one :func:`_fair` would
+    move it to when every row of it is locked (a lone claimer's case), and ``moved`` names
+    that key; :func:`_fair` moves the turn again only when the last row taken differs. A
+    claim whose every row was taken by others meanwhile may leave the turn past them."""
+    backend = backend_for(ready.db)
     start = 0
     while len(taken) < limit and start < len(order):
-        chunk = [pk for pk, _ in order[start : start + limit - len(taken)]]
+        pairs = order[start : start + limit - len(taken)]
+        chunk = [pk for pk, _ in pairs]
         start += len(chunk)
-        chosen = backend_for(ready.db).with_pks(ready, chunk).order_by()
-        locked = {row[0]: row for row in _locking(chosen, also)}
+        chosen = _locking(backend.with_pks(ready, chunk).order_by(), also)
+        write = rotation.move(model, ready.db, pairs[-1][1]) if moved == [] and backend.locking_ctes else None
+        if write is not None:
+            assert moved is not None
+            moved.append(pairs[-1][1])
+            found = _run(ready.db, backend.locking_statement([chosen.query.sql_with_params()], None, [write]))
+        else:
+            found = list(chosen)
+        locked = {row[0]: row for row in found}
         taken.extend(locked[pk] for pk in chunk if pk in locked)

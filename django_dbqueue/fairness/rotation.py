@@ -21,7 +21,7 @@ from typing import Any
 from django.db import connections, models
 from django.db.models import Case, F, Q, Value, When
 
-from ..backends import quoted_column
+from ..backends import backend_for, quoted_column
 from ..tables.fairness import QueueFairTurn
 
 #: Whether the model has a turn, and the key its last claim served last.
@@ -99,6 +99,49 @@ def rotation_order(model: type[models.Model], using: str, key: str, turn: Turn |
         return [by_key]
     after = Case(When(Q(**{f"{key}__gt": last}), then=Value(0)), default=Value(1))
     return [after.asc(), by_key]
+
+
+#: Key fields whose turn the walk's statement can read as the key's type (PostgreSQL): text
+#: compares as stored, and an integer's text is checked before its cast.
+_TEXT_KEYS = frozenset({"CharField", "TextField", "SlugField", "EmailField"})
+_INTEGER_KEYS = frozenset(
+    {
+        "IntegerField",
+        "BigIntegerField",
+        "SmallIntegerField",
+        "PositiveIntegerField",
+        "PositiveBigIntegerField",
+        "PositiveSmallIntegerField",
+        "AutoField",
+        "BigAutoField",
+        "SmallAutoField",
+    }
+)
+
+
+def _key_type(model: type[models.Model], key: str) -> str | None:
+    field: Any = model._meta.get_field(key)
+    target = field.target_field if field.is_relation else field
+    kind = target.get_internal_type()
+    return "text" if kind in _TEXT_KEYS else "integer" if kind in _INTEGER_KEYS else None
+
+
+def locking_ctes(model: type[models.Model], using: str, key: str) -> tuple[str, tuple[Any, ...]] | None:
+    """The turn's lock as CTEs of the walk's statement (one statement less per claim), or
+    None where the backend or the key's type needs :func:`take`'s own statement."""
+    connection = connections[using]
+    table = connection.ops.quote_name(QueueFairTurn._meta.db_table)
+    label, last_key = (quoted_column(connection, QueueFairTurn, name) for name in ("model", "last_key"))
+    return backend_for(using).fair_turn_ctes(table, label, last_key, model._meta.label, _key_type(model, key))
+
+
+def move(model: type[models.Model], using: str, last: Any) -> tuple[str, tuple[Any, ...]] | None:
+    """:func:`served`'s UPDATE as a statement to send with another (the rows' lock, which a
+    claim holding the turn sends anyway); None for a None key, which moves nothing. The
+    turn's row exists: the claim holds its lock."""
+    if last is None:
+        return None
+    return _statements(using)[1], (str(last)[:255], model._meta.label)
 
 
 def served(model: type[models.Model], using: str, last: Any) -> None:

@@ -1,0 +1,199 @@
+"""The statements a fair or aging claim sends (issue #37's speed goal): on PostgreSQL the turn's
+lock rides in the walk's statement and the turn's move in the rows' lock, so a fair claim sends
+one statement more than the plain claim, and an aging claim's two locking SELECTs are one
+statement. Counted with ``CaptureQueriesContext``, as a user's ``assertNumQueries`` would; and
+the order those statements give is still the ranking of every due row."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+
+from django_dbqueue.backends import backend_for
+from django_dbqueue.fairness import bounded, options, rotation
+from django_dbqueue.fairness.bounded import TurnNotTaken, locking_order
+from django_dbqueue.fairness.options import fair_share_of
+from django_dbqueue.fairness.ranking import fair_order
+from django_dbqueue.queue.outcome import Outcome
+from django_dbqueue.queue.record import record
+from django_dbqueue.states import QueueState
+from tests.conftest import every_database
+from tests.testapp.models import AgedJob, FairJob
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    every_database("the statements are each server's own SQL (backends/)"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_hints() -> None:
+    bounded._ROWS_PER_KEY.clear()
+    bounded._BOTH_SEGMENTS.clear()
+    bounded._FULL_LOOSE_SCANS.clear()
+
+
+@pytest.fixture
+def unweighted() -> Iterator[None]:
+    """FairJob without its weighted key "gold": a key the walk did not reach, but weighing
+    3, is read by one statement more (fairness/bounded.py), which is not what is counted."""
+    weights = FairJob.queue_fair_weights
+    FairJob.queue_fair_weights = None
+    options.fair_share_of.cache_clear()
+    yield
+    FairJob.queue_fair_weights = weights
+    options.fair_share_of.cache_clear()
+
+
+def _statements(model: Any, batch: int) -> int:
+    """Statements of one claim of ``batch`` rows, without BEGIN/COMMIT and the periodic read
+    of paused queues (both claims send those alike)."""
+    with CaptureQueriesContext(connection) as captured:
+        taken = model.objects.claim(batch)
+    assert len(taken) == batch
+    sent = [q["sql"] for q in captured.captured_queries]
+    sent = [sql for sql in sent if sql not in ("BEGIN", "COMMIT") and "queuepause" not in sql]
+    # Short jobs: each batch done before the next claim (nothing in flight, as in
+    # bench/fair_claim.py; rows in flight add reads of their keys' further rows).
+    record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
+    return len(sent)
+
+
+@pytest.mark.parametrize(("keys", "batch"), [(200, 20), (50, 50)])
+def test_a_fair_claim_sends_one_statement_more_than_the_plain_claim(
+    unweighted: None, keys: int, batch: int
+) -> None:
+    """Beyond the plain claim's statements: the walk (PostgreSQL: with the turn's lock, and
+    the turn's move in the rows' lock), or the turn's lock, the walk and the turn's move
+    (MySQL, MariaDB). 200 keys, 20 a claim: the turn never wraps in these claims; 50 keys, 50
+    a claim: every claim walks both ranges of the round robin, in one statement once the
+    walk's hint knows."""
+    if not backend_for("default").bounded_fair:
+        pytest.skip("SQLite ranks every due row (one writer; correct, not fast)")
+    FairJob.objects.bulk_create([FairJob(customer=f"c{n % keys:03}") for n in range(keys * 20)])
+    for _ in range(2):  # the model's first claim creates its turn, the next teaches the hint
+        _statements(FairJob, batch)
+    fair = [_statements(FairJob, batch) for _ in range(5)]
+    FairJob.queue_fair_key = None
+    options.fair_share_of.cache_clear()
+    try:
+        plain = [_statements(FairJob, batch) for _ in range(3)]
+    finally:
+        FairJob.queue_fair_key = "customer"
+        options.fair_share_of.cache_clear()
+    if backend_for("default").locking_ctes:
+        assert max(fair) <= max(plain) + 1, (fair, plain)
+    else:
+        # MySQL/MariaDB: now and then a second walk, when the walk's budget of index entries
+        # ran out before enough keys (bench/fair_claim.py: 8.6-8.8 statements a claim).
+        assert statistics.median(fair) <= max(plain) + 3, (fair, plain)
+
+
+def test_an_aging_claim_sends_as_many_statements_as_the_plain_claim() -> None:
+    if not backend_for("default").locking_ctes:
+        pytest.skip("two locking SELECTs here: the aged rows', then the plain claim's")
+    AgedJob.objects.bulk_create([AgedJob(customer="c") for _ in range(300)])
+    aging, bound = _statements(AgedJob, 50), AgedJob.queue_aging
+    AgedJob.queue_aging = None
+    options.fair_share_of.cache_clear()
+    try:
+        plain = _statements(AgedJob, 50)
+    finally:
+        AgedJob.queue_aging = bound
+        options.fair_share_of.cache_clear()
+    assert aging == plain
+
+
+def test_an_aging_claim_in_one_statement_takes_aged_rows_first_then_the_plain_order() -> None:
+    old = AgedJob.objects.bulk_create([AgedJob(customer="old", queue_priority=0) for _ in range(3)])
+    AgedJob.objects.filter(pk__in=[row.pk for row in old]).update(
+        queue_run_at=F("queue_run_at") - timedelta(hours=1)
+    )
+    fresh = AgedJob.objects.bulk_create([AgedJob(customer="new", queue_priority=10) for _ in range(5)])
+    taken = AgedJob.objects.claim(6)
+    assert [row.pk for row in taken] == [row.pk for row in old] + [row.pk for row in fresh[:3]]
+    assert AgedJob.objects.filter(queue_state=QueueState.RUNNING).count() == 6
+    # What the statement locked beyond the batch: nothing (every other row still claimable).
+    assert len(AgedJob.objects.claim(10)) == 2
+
+
+def _scenario(seed: int) -> None:
+    rng = random.Random(seed)
+    names = [f"k{n:02}" for n in range(rng.randint(3, 40))] + ["gold"]
+    rows = [
+        FairJob(customer=rng.choice(names), queue_priority=rng.choice((0, 0, 0, 5, 10)))
+        for _ in range(rng.randint(50, 400))
+    ]
+    FairJob.objects.bulk_create(rows)
+    running = rng.sample([row.pk for row in rows], k=rng.randint(0, 20))
+    FairJob.objects.filter(pk__in=running).update(queue_state=QueueState.RUNNING)
+    rotation.served(FairJob, "default", rng.choice(names))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_walk_that_locks_the_turn_gives_the_ranking_of_every_due_row(seed: int) -> None:
+    if rotation.locking_ctes(FairJob, "default", "customer") is None:
+        pytest.skip("the turn is locked by its own statement here")
+    _scenario(seed)
+    fair = fair_share_of(FairJob)
+    assert fair is not None
+    turn_lock = rotation.locking_ctes(FairJob, "default", "customer")
+    assert turn_lock is not None
+    for window in (1, 5, 20, 100):
+        with transaction.atomic():
+            order, turn = locking_order(FairJob.objects.all(), fair, window, turn_lock)
+        assert turn == rotation.last_served(FairJob, "default", "customer")
+        assert order == fair_order(FairJob.objects.all(), fair, window), f"seed {seed}, window {window}"
+
+
+def test_a_turn_another_claim_holds_is_waited_for() -> None:
+    """The walk's statement skips a locked turn (no wait, no error); the claim then waits for
+    it by its own statement and ranks what the other claim left."""
+    if rotation.locking_ctes(FairJob, "default", "customer") is None:
+        pytest.skip("the turn is locked by its own statement here")
+    FairJob.objects.bulk_create([FairJob(customer=f"c{n % 4}") for n in range(40)])
+    FairJob.objects.claim(4)
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT last_key FROM django_dbqueue_queuefairturn FOR UPDATE")
+            got: list[Any] = []
+            claimer = threading.Thread(target=lambda: got.extend(_claim_and_close(4)))
+            claimer.start()
+            time.sleep(0.5)
+            assert claimer.is_alive(), "the claim went on without the turn"
+            cursor.execute("COMMIT")
+            claimer.join(10)
+        assert sorted(row.customer for row in got) == ["c0", "c1", "c2", "c3"]
+    finally:
+        other.close()
+
+
+def _claim_and_close(batch: int) -> list[Any]:
+    try:
+        return FairJob.objects.claim(batch)
+    finally:
+        connection.close()
+
+
+def test_a_walk_that_finds_the_turn_taken_says_so() -> None:
+    if rotation.locking_ctes(FairJob, "default", "customer") is None:
+        pytest.skip("the turn is locked by its own statement here")
+    FairJob.objects.bulk_create([FairJob(customer="c")])
+    fair = fair_share_of(FairJob)
+    assert fair is not None
+    turn_lock = rotation.locking_ctes(FairJob, "default", "customer")
+    assert turn_lock is not None
+    with transaction.atomic(), pytest.raises(TurnNotTaken):  # no turn yet: the claim creates it
+        locking_order(FairJob.objects.all(), fair, 5, turn_lock)
