@@ -19,7 +19,7 @@ from django.db import transaction
 from ..exceptions import LeaseLost
 from ..messaging.payloads import check_payload
 from ..queue.statements import statements
-from ..tables.workflow import WorkflowEvent, WorkflowStep
+from ..tables.workflow import WorkflowStep
 from .statements import Held, hold_statement, step_statements
 
 if TYPE_CHECKING:
@@ -60,11 +60,8 @@ def preload(rows: list[QueueRow], claim: Claim) -> None:
     if not rows:
         return
     label, keys = rows[0]._meta.label, [str(row.pk) for row in rows]
-    found = step_statements(claim.using).load_many(label, keys)
-    sent: dict[str, list[WorkflowEvent]] = {key: [] for key in keys}
-    events = WorkflowEvent.objects.using(claim.using).filter(model=label, object_pk__in=keys)
-    for event in events.order_by("pk"):
-        sent[event.object_pk].append(event)
+    reads = step_statements(claim.using)
+    found, sent = reads.load_many(label, keys), reads.events_many(label, keys)
     for row in rows:
         row.__dict__[_HELD] = Held(found[str(row.pk)], sent[str(row.pk)], locked=False)
 

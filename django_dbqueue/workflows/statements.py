@@ -49,6 +49,21 @@ class StepStatements:
         written = ", ".join(quote(cast(str, field.column)) for field in self._written)
         marks = ", ".join(["%s"] * len(self._written))
         self._insert = f"INSERT INTO {table} ({written}) VALUES ({marks})"
+        # A claim's preload reads its rows' events too: through the ORM that read went through
+        # the query compiler once per claim (about 8% of a profiled 1-step workflow drain's
+        # time, at claims of 6 rows).
+        event_fields = list(WorkflowEvent._meta.concrete_fields)
+        self._event_names = [field.attname for field in event_fields]
+        self._event_converters = [_converters(field, connection) for field in event_fields]
+        events = quote(WorkflowEvent._meta.db_table)
+        event_model, event_object_pk = (
+            quoted_column(connection, WorkflowEvent, name) for name in ("model", "object_pk")
+        )
+        event_pk = quote(cast(str, WorkflowEvent._meta.pk.column))
+        self._events_many = (
+            f"SELECT {', '.join(quote(cast(str, field.column)) for field in event_fields)} FROM {events} "
+            f"WHERE {event_model} = %s AND {event_object_pk} IN (<keys>) ORDER BY {event_pk}"
+        )
 
     def load(self, model: str, object_pk: str) -> dict[str, WorkflowStep]:
         """The checkpoints of the row ``model`` ``object_pk`` by name: one SELECT."""
@@ -69,6 +84,21 @@ class StepStatements:
         found: dict[str, dict[str, WorkflowStep]] = {pk: {} for pk in object_pks}
         for step in self.instances(rows):
             found[step.object_pk][step.name] = step
+        return found
+
+    def events_many(self, model: str, object_pks: list[str]) -> dict[str, list[WorkflowEvent]]:
+        """The events not received of the rows ``object_pks`` of ``model``, by row, oldest
+        first: one SELECT (the caller bounds the IN list: a claim's rows)."""
+        connection = connections[self.using]
+        marks = ", ".join(["%s"] * len(object_pks))
+        with connection.cursor() as cursor:
+            cursor.execute(self._events_many.replace("<keys>", marks), [model, *object_pks])
+            rows = cursor.fetchall()
+        found: dict[str, list[WorkflowEvent]] = {pk: [] for pk in object_pks}
+        for row in rows:
+            values = [_convert(value, self._event_converters[at], connection) for at, value in enumerate(row)]
+            event = WorkflowEvent.from_db(self.using, self._event_names, values)
+            found[event.object_pk].append(event)
         return found
 
     def checkpoints(self, rows: list[tuple[Any, ...]]) -> dict[str, WorkflowStep]:

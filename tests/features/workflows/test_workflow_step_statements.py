@@ -1,0 +1,76 @@
+"""What a 1-step workflow run sends (issue #36's step-cost floor), pinned on every database so
+it cannot drift back: beside an atomic job's run, a claim's rows' checkpoints and events are
+read in at most two once-built SELECTs (none on SQLite, where each run's locking read brings
+them), and each run writes its one checkpoint (an INSERT); nothing else touches the workflow
+tables, and the run's queue statements are an atomic job's."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_dbqueue.backends import backend_for
+from django_dbqueue.models import WorkflowEvent, WorkflowProgress, WorkflowStep
+from django_dbqueue.worker import Worker
+from tests.conftest import every_database
+from tests.testapp.models import AtomicJob, AtomicWorkflow, Ledger, StepLedger
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    every_database("the statements of a workflow step are each database's"),
+]
+
+ROWS = 10
+
+
+def kinds_of_a_drain(model, body: tuple[str, ...]) -> collections.Counter[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """The drain's statements by (first word, which table): a workflow table's name, the
+    handler body's (``body``: its effects, which differ between the two models), or "queue"."""
+    with CaptureQueriesContext(connection) as done:
+        stats = Worker(models=[model], burst=True, handle_signals=False, batch_size=ROWS).run()
+    assert stats.succeeded == ROWS, stats.as_dict()
+    tables = {
+        WorkflowStep._meta.db_table: "checkpoints",
+        WorkflowEvent._meta.db_table: "events",
+        WorkflowProgress._meta.db_table: "progress",
+    }
+    counted: collections.Counter[tuple[str, str]] = collections.Counter()
+    for query in done.captured_queries:
+        sql = query["sql"]
+        where = next((name for table, name in tables.items() if table in sql), None)
+        if where is None:
+            where = "body" if any(table in sql for table in body) else "queue"
+        counted[(sql.split(None, 1)[0].upper(), where)] += 1
+    return counted
+
+
+def test_a_one_step_workflow_run_sends_an_atomic_jobs_statements_and_its_checkpoint() -> None:
+    AtomicJob.objects.bulk_create([AtomicJob() for _ in range(ROWS)])
+    job = kinds_of_a_drain(AtomicJob, (Ledger._meta.db_table,))
+    AtomicWorkflow.objects.bulk_create([AtomicWorkflow(steps=1) for _ in range(ROWS)])
+    run = kinds_of_a_drain(AtomicWorkflow, (StepLedger._meta.db_table,))
+    print("job:", dict(job), "\nworkflow:", dict(run))
+    workflow_tables = {key: n for key, n in run.items() if key[1] in ("checkpoints", "events", "progress")}
+    # The step's body reads its checkpoint (StepLedger's after_checkpoint): one SELECT of the
+    # checkpoints per row that is the body's, not the run's.
+    body_reads = ROWS
+    if backend_for(connection.alias).skip_locked:
+        # One claim of ROWS rows: its checkpoints and its events, one SELECT each, built once.
+        assert workflow_tables == {
+            ("SELECT", "checkpoints"): 1 + body_reads,
+            ("SELECT", "events"): 1,
+            ("INSERT", "checkpoints"): ROWS,
+        }
+        queue = {key: n for key, n in run.items() if key[1] == "queue"}
+        assert queue == {key: n for key, n in job.items() if key[1] == "queue"}
+    else:
+        # SQLite: each run's locking read joins its checkpoints and events (one SELECT).
+        assert workflow_tables == {
+            ("SELECT", "checkpoints"): ROWS + body_reads,
+            ("INSERT", "checkpoints"): ROWS,
+        }
+    assert AtomicWorkflow.objects.filter(queue_state="succeeded").count() == ROWS
+    assert WorkflowStep.objects.count() == ROWS
