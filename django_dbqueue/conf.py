@@ -1,5 +1,11 @@
 """Settings, read lazily from ``DBQUEUE_<NAME>`` on every access (so override_settings works).
 
+Each value is read from Django's settings once and kept until a setting changes (Django's
+``setting_changed`` signal: ``override_settings``, ``TestCase.settings()``, pytest-django's
+``settings`` fixture), so an access after a change still sees the new value. Why kept: a
+``DBQUEUE_`` name a project leaves out is an ``AttributeError`` raised and caught inside Django's
+``LazySettings`` on every read, and the worker reads some of them for every job.
+
 Each setting is declared once, below, with its default, its kind and its range. The same
 declarations are what ``settings.<NAME>`` reads and what the system checks
 (``settings_checks.py``) and the commands' argument validators check values against.
@@ -10,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
 from django_dbqueue.compat import StrEnum
 
@@ -36,6 +43,21 @@ class Kind(StrEnum):
 T = TypeVar("T")  # PEP 695's `class Setting[T]` needs Python 3.12
 
 
+#: A value not read yet (None and False are values).
+_UNREAD = object()
+#: The values read so far, by ``DBQUEUE_`` name; emptied whenever a setting changes.
+_read: dict[str, Any] = {}
+
+
+def _forget_read(**kwargs: Any) -> None:
+    """Any setting changed: read every value again on its next access (a change of another
+    setting can matter too, e.g. a whole settings module swapped by ``override_settings``)."""
+    _read.clear()
+
+
+setting_changed.connect(_forget_read, dispatch_uid="django_dbqueue.conf.forget_read")
+
+
 class Setting(Generic[T]):
     """One ``DBQUEUE_<NAME>`` setting: read on the instance, its declaration on the class.
 
@@ -59,7 +81,10 @@ class Setting(Generic[T]):
     def __get__(self, instance: object | None, owner: type) -> Setting[T] | T:
         if instance is None:
             return self
-        return getattr(django_settings, self.setting_name, self.default)
+        value = _read.get(self.name, _UNREAD)
+        if value is _UNREAD:
+            value = _read[self.name] = getattr(django_settings, self.setting_name, self.default)
+        return value
 
 
 SECONDS, WHOLE, FLAG = Kind.SECONDS, Kind.WHOLE, Kind.FLAG

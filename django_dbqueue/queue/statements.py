@@ -61,8 +61,10 @@ class Statements:
             f"{column('queue_last_error')} = %s {self._where}"
         )
 
-    def _keys(self, ids: Sequence[Any]) -> tuple[str, list[Any]]:
-        connection = connections[self.using]
+    def _keys(self, ids: Sequence[Any], connection: Any = None) -> tuple[str, list[Any]]:
+        # The caller's connection when it has it: each ``connections[alias]`` is a look-up in
+        # a thread-local (asgiref's Local), paid per job.
+        connection = connection or connections[self.using]
         prep = self.pk_field.get_db_prep_value
         return ", ".join(["%s"] * len(ids)), [prep(pk, connection) for pk in ids]
 
@@ -79,7 +81,7 @@ class Statements:
     def succeed(self, ids: Sequence[Any], claim: Claim, finished_at: datetime) -> int:
         """Mark the rows of ``ids`` still held by ``claim`` SUCCEEDED; return how many."""
         connection = connections[self.using]
-        marks, keys = self._keys(ids)
+        marks, keys = self._keys(ids, connection)
         when = self._finished.get_db_prep_value(finished_at, connection)
         with connection.cursor() as cursor:
             cursor.execute(

@@ -51,6 +51,7 @@ def run_atomic(claimed: ClaimedRows) -> None:
     group = atomic_group(claimed.model)
     if group == 1:
         claimed.preloaded = _preload(claimed, claimed.rows)
+    claimed.success_first = _writes_success_first(claimed)
     for start in range(0, len(claimed.rows), group):
         if claimed.must_stop():
             claimed.give_back(claimed.rows[start:])
@@ -136,14 +137,22 @@ def _hold(claimed: ClaimedRows, row: QueueMixin) -> tuple[bool, datetime | None]
     whole database for the first write instead: a write before the handler would keep every
     other writer out while it runs, so there the read comes first and the success is written
     after the handler."""
-    first = success_first(claimed.model) and (claimed.preloaded or not may_park(claimed.model))
-    if backend_for(claimed.claim.using).skip_locked and first:
+    if claimed.success_first:
         written_at = fence_success(claimed.model, claimed.claim, row)
         return written_at is not None, written_at
     hold = getattr(getattr(claimed.model, "process", None), "hold", None)
     if hold is not None:
         return bool(hold(row, claimed.claim)), None
     return bool(statements(claimed.model, claimed.claim.using).lock_held([row.pk], claimed.claim)), None
+
+
+def _writes_success_first(claimed: ClaimedRows) -> bool:
+    """Whether each job of this claim starts with its success UPDATE (:func:`_hold`): decided
+    once per claim, since it depends on the model and the database only (and on the preload,
+    done before the first job), not on the row."""
+    model = claimed.model
+    first = success_first(model) and (claimed.preloaded or not may_park(model))
+    return first and backend_for(claimed.claim.using).skip_locked
 
 
 def _parked(

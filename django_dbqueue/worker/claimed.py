@@ -62,6 +62,9 @@ class ClaimedRows:
         #: Atomic mode: what the handlers read of their rows was read for all of them at once
         #: (``process.preload``), so each run's first statement may be its success UPDATE.
         self.preloaded = False
+        #: Atomic mode: each job's first statement is its success UPDATE (``atomic._hold``),
+        #: decided once for the claim (``atomic._writes_success_first``).
+        self.success_first = False
         #: The keys someone asked to cancel: the keeper's set of this claim, which its thread
         #: fills in place (asked for once, not under the keeper's lock for every job).
         self.cancel_requested = context.keeper.cancelled_ids(claim)
