@@ -6,19 +6,18 @@ order, as the ranking of every due row (fairness/ranking.py), and a claim over a
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue.backends import backend_for
-from django_dbqueue.fairness import bounded, rotation
+from django_dbqueue.fairness import bounded
 from django_dbqueue.fairness.bounded import bounded_order
 from django_dbqueue.fairness.options import fair_share_of
 from django_dbqueue.fairness.ranking import fair_order
-from django_dbqueue.states import QueueState
 from tests.conftest import every_database
+from tests.features.fairness.scenarios import fill
 from tests.testapp.models import FairJob
 
 pytestmark = [
@@ -37,25 +36,9 @@ def _bounded_backend() -> None:
     bounded._FULL_LOOSE_SCANS.clear()
 
 
-def _scenario(seed: int) -> None:
-    """Keys of very different sizes, priorities within and across keys, rows in flight, the
-    weighted key "gold" (3), and a turn somewhere in the middle."""
-    rng = random.Random(seed)
-    names = [f"k{n:02}" for n in range(rng.randint(3, 40))] + ["gold"]
-    rows = [
-        FairJob(customer=rng.choice(names), queue_priority=rng.choice((0, 0, 0, 5, 10)))
-        for _ in range(rng.randint(50, 400))
-    ]
-    FairJob.objects.bulk_create(rows)
-    running = rng.sample([row.pk for row in rows], k=rng.randint(0, 20))
-    FairJob.objects.filter(pk__in=running).update(queue_state=QueueState.RUNNING)
-    if rng.random() < 0.7:
-        rotation.served(FairJob, "default", rng.choice(names))
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_the_bounded_order_is_the_ranking_of_every_due_row(seed: int) -> None:
-    _scenario(seed)
+    fill(seed)
     fair = fair_share_of(FairJob)
     assert fair is not None
     for window in (1, 5, 20, 100):

@@ -6,7 +6,6 @@ the order those statements give is still the ranking of every due row."""
 
 from __future__ import annotations
 
-import random
 import statistics
 import threading
 import time
@@ -28,6 +27,7 @@ from django_dbqueue.queue.outcome import Outcome
 from django_dbqueue.queue.record import record
 from django_dbqueue.states import QueueState
 from tests.conftest import every_database
+from tests.features.fairness.scenarios import fill
 from tests.testapp.models import AgedJob, FairJob
 
 pytestmark = [
@@ -127,24 +127,11 @@ def test_an_aging_claim_in_one_statement_takes_aged_rows_first_then_the_plain_or
     assert len(AgedJob.objects.claim(10)) == 2
 
 
-def _scenario(seed: int) -> None:
-    rng = random.Random(seed)
-    names = [f"k{n:02}" for n in range(rng.randint(3, 40))] + ["gold"]
-    rows = [
-        FairJob(customer=rng.choice(names), queue_priority=rng.choice((0, 0, 0, 5, 10)))
-        for _ in range(rng.randint(50, 400))
-    ]
-    FairJob.objects.bulk_create(rows)
-    running = rng.sample([row.pk for row in rows], k=rng.randint(0, 20))
-    FairJob.objects.filter(pk__in=running).update(queue_state=QueueState.RUNNING)
-    rotation.served(FairJob, "default", rng.choice(names))
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_the_walk_that_locks_the_turn_gives_the_ranking_of_every_due_row(seed: int) -> None:
     if rotation.locking_ctes(FairJob, "default", "customer") is None:
         pytest.skip("the turn is locked by its own statement here")
-    _scenario(seed)
+    fill(seed, turn_chance=1.0)
     fair = fair_share_of(FairJob)
     assert fair is not None
     turn_lock = rotation.locking_ctes(FairJob, "default", "customer")
