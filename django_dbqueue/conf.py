@@ -1,4 +1,4 @@
-"""Settings, read lazily from ``DBQUEUE_<NAME>`` on every access (so override_settings works).
+"""Settings, read from ``DBQUEUE_<NAME>`` once and again after any change (override_settings works).
 
 Each value is read from Django's settings once and kept until a setting changes (Django's
 ``setting_changed`` signal: ``override_settings``, ``TestCase.settings()``, pytest-django's
