@@ -10,12 +10,11 @@ import collections
 
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue.backends import backend_for
-from django_dbqueue.models import WorkflowEvent, WorkflowProgress, WorkflowStep
-from django_dbqueue.worker import Worker
+from django_dbqueue.models import WorkflowStep
 from tests.conftest import every_database
+from tests.features.workflows.drain_statements import drain, kinds
 from tests.testapp.models import AtomicJob, AtomicWorkflow, Ledger, StepLedger
 
 pytestmark = [
@@ -27,34 +26,10 @@ ROWS = 10
 
 
 def kinds_of_a_drain(model, body: tuple[str, ...]) -> collections.Counter[tuple[str, str]]:  # type: ignore[no-untyped-def]
-    """The drain's statements by (first word, which table): a workflow table's name, the
-    handler body's (``body``: its effects, which differ between the two models), "queue" for
-    the model's own table and the transactions, or "worker" for the rest: the worker's bookkeeping (the pause
-    snapshot, re-read when a poll interval has passed, the registry), which depends on how
-    long the drain took, not on what a run sends (CI's loaded run read the pauses once more
-    in one drain than in the other)."""
-    with CaptureQueriesContext(connection) as done:
-        stats = Worker(models=[model], burst=True, handle_signals=False, batch_size=ROWS).run()
+    """The drain's statements by (first word, where): see ``drain_statements``."""
+    stats, statements = drain(model, body, batch_size=ROWS)
     assert stats.succeeded == ROWS, stats.as_dict()
-    tables = {
-        WorkflowStep._meta.db_table: "checkpoints",
-        WorkflowEvent._meta.db_table: "events",
-        WorkflowProgress._meta.db_table: "progress",
-    }
-    counted: collections.Counter[tuple[str, str]] = collections.Counter()
-    for query in done.captured_queries:
-        sql = query["sql"]
-        where = next((name for table, name in tables.items() if table in sql), None)
-        if where is None:
-            where = (
-                "body"
-                if any(table in sql for table in body)
-                else "queue"
-                if model._meta.db_table in sql or sql.split(None, 1)[0].upper() in ("BEGIN", "COMMIT")
-                else "worker"
-            )
-        counted[(sql.split(None, 1)[0].upper(), where)] += 1
-    return counted
+    return kinds(statements)
 
 
 def test_a_one_step_workflow_run_sends_an_atomic_jobs_statements_and_its_checkpoint() -> None:
