@@ -58,6 +58,12 @@ class QueueBackend:
     #: each (:meth:`locking_statement`, :meth:`fair_turn_ctes`). Elsewhere they stay apart.
     locking_ctes = False
 
+    #: Locking SELECTs can be read one after the other in one statement (their rows in
+    #: order, under one ``LIMIT``): an aging claim sends its aged rows' SELECT and the plain
+    #: claim's as one (:meth:`locking_statement` without writes). PostgreSQL by CTEs
+    #: (:attr:`locking_ctes`), MariaDB by a ``UNION ALL`` of parenthesised SELECTs.
+    locking_union = False
+
     def __init__(self, alias: str) -> None:
         self.alias = alias
 

@@ -40,6 +40,7 @@ class PostgreSQLBackend(QueueBackend):
     vendor = "postgresql"
     can_notify = True
     locking_ctes = True
+    locking_union = True
 
     def fair_walk_sql(
         self,

@@ -100,7 +100,7 @@ def test_a_fair_claim_sends_one_statement_more_than_the_plain_claim(
 
 
 def test_an_aging_claim_sends_as_many_statements_as_the_plain_claim() -> None:
-    if not backend_for("default").locking_ctes:
+    if not backend_for("default").locking_union:
         pytest.skip("two locking SELECTs here: the aged rows', then the plain claim's")
     AgedJob.objects.bulk_create([AgedJob(customer="c") for _ in range(300)])
     aging, bound = _statements(AgedJob, 50), AgedJob.queue_aging
@@ -184,3 +184,19 @@ def test_a_walk_that_finds_the_turn_taken_says_so() -> None:
     assert turn_lock is not None
     with transaction.atomic(), pytest.raises(TurnNotTaken):  # no turn yet: the claim creates it
         locking_order(FairJob.objects.all(), fair, 5, turn_lock)
+
+
+def test_aged_rows_that_fill_the_batch_leave_the_rest_ready_for_the_next_claim() -> None:
+    # On MariaDB the plain part of the one statement locks up to a batch of rows it does not
+    # return (the backend's locking_statement): they stay READY, and the next claim takes
+    # the aged rows left, then those.
+    old = AgedJob.objects.bulk_create([AgedJob(customer="old", queue_priority=0) for _ in range(4)])
+    AgedJob.objects.filter(pk__in=[row.pk for row in old]).update(
+        queue_run_at=F("queue_run_at") - timedelta(hours=1)
+    )
+    fresh = AgedJob.objects.bulk_create([AgedJob(customer="new", queue_priority=10) for _ in range(4)])
+    first = AgedJob.objects.claim(3)
+    assert [row.pk for row in first] == [row.pk for row in old[:3]]
+    assert AgedJob.objects.filter(queue_state=QueueState.READY).count() == 5
+    second = AgedJob.objects.claim(3)
+    assert [row.pk for row in second] == [old[3].pk, fresh[0].pk, fresh[1].pk]
