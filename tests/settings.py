@@ -39,6 +39,15 @@ elif _default["ENGINE"].endswith("mysql"):
     _default.setdefault("TEST", {})["CHARSET"] = "utf8mb4"
     _default["TEST"]["COLLATION"] = "utf8mb4_unicode_ci"
 
+# A second database on the same server, for the few tests that claim from a database other
+# than the default (``@pytest.mark.django_db(databases=["default", "other"])``); created only
+# when such a test runs.
+DATABASES["other"] = {**_default, "TEST": {**_default.get("TEST", {})}}
+if _default["ENGINE"].endswith("sqlite3"):
+    DATABASES["other"]["TEST"]["NAME"] = str(BASE_DIR / f"test_other_{Path(_default['NAME']).name}")
+else:
+    DATABASES["other"]["TEST"]["NAME"] = f"test_{_default['NAME']}_other"
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",

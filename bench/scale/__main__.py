@@ -4,10 +4,11 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/scale_big .venv/bin/python -m bench.scale
 
 Builds ``scale_big`` and ``scale_empty`` on the server of DATABASE_URL (bench/scale/build.py),
-then measures the claim, enqueue, the admin, the rescue and a purge under 4 workers, and writes
-this server's block of BENCHMARKS.md's "Scale: 10 million rows". The databases are dropped at
-the end unless ``--keep`` (a later run with the same sizes reuses them). ``--rows 1000000`` for
-a quicker run while developing; ``--only claims,admin`` picks steps.
+then measures the claim (plain, fair and aging), enqueue, the admin, the rescue and a purge
+under 4 workers, and writes this server's block of BENCHMARKS.md's "Scale: 10 million rows".
+The databases are dropped at the end unless ``--keep`` (a later run with the same sizes reuses
+them). ``--rows 1000000`` for a quicker run while developing; ``--only claims,admin`` picks
+steps.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from bench.scale import build, pages, purge, queue_ops, report  # noqa: E402
+from bench.scale import build, fairness, pages, purge, queue_ops, report  # noqa: E402
 
 UTC = timezone.utc  # datetime.UTC is Python 3.11+
 
-STEPS = ("build", "claims", "enqueue", "admin", "rescue", "purge")  # the build always runs
+STEPS = ("build", "claims", "fairness", "enqueue", "admin", "rescue", "purge")  # the build always runs
 
 
 def load() -> str:
@@ -97,6 +98,9 @@ def main() -> None:
         if "claims" in steps:
             print("claims:", flush=True)
             ops += queue_ops.claims(args.claims)
+        if "fairness" in steps:
+            print("fair and aging claims:", flush=True)
+            ops += fairness.fair_claims(args.claims)
         if "enqueue" in steps:
             print("enqueue:", flush=True)
             ops += queue_ops.enqueue(saves=1000, bulk=20_000)

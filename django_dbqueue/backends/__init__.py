@@ -17,7 +17,7 @@ from typing import TypeVar
 from django.db import OperationalError, connections
 
 from ..conf import settings
-from .base import QueueBackend
+from .base import QueueBackend, compiled
 from .clock import DbNow, QueueTimeField, aware, db_now_plus, read_now
 from .columns import quoted_column
 from .inserts import insert_new
@@ -31,6 +31,7 @@ __all__ = [
     "QueueTimeField",
     "aware",
     "backend_for",
+    "compiled",
     "db_now_plus",
     "insert_new",
     "quoted_column",

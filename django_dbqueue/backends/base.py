@@ -25,6 +25,15 @@ logger = logging.getLogger("django_dbqueue.backends")
 SqlParams = tuple[str, tuple[Any, ...]]
 
 
+def compiled(qs: Any) -> SqlParams:
+    """A QuerySet's statement as its own database would run it. ``query.sql_with_params()``
+    compiles for the default database: another database's vendor may need other SQL, and a
+    locking SELECT checks that the *default* connection is in a transaction (a claim on a
+    second database, inside that database's transaction only, failed)."""
+    sql, params = qs.query.get_compiler(using=qs.db).as_sql()
+    return sql, tuple(params)
+
+
 class QueueBackend:
     """The generic answers; a vendor's subclass overrides what it does differently."""
 
@@ -126,10 +135,10 @@ class QueueBackend:
         ).order_by()
         if budget is None:
             loose = keys.values("queue_state", key).distinct().order_by("queue_state", key)
-            sql, params = loose.query.sql_with_params()
+            sql, params = compiled(loose)
             columns = f"dbqueue_k.{column} AS dbqueue_key, NULL AS dbqueue_rows"
             return f"SELECT {columns} FROM ({sql} LIMIT %s) dbqueue_k", (*params, limit)
-        sql, params = keys.order_by(key).values(key).query.sql_with_params()
+        sql, params = compiled(keys.order_by(key).values(key))
         grouped = (
             f"SELECT dbqueue_k.{column} AS dbqueue_key, COUNT(*) AS dbqueue_rows "
             f"FROM ({sql} LIMIT %s) dbqueue_k "

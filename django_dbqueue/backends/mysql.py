@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from .base import QueueBackend, SqlParams, run_quietly
+from .base import QueueBackend, SqlParams, compiled, run_quietly
 from .error_groups import masked_last_line
 from .mysql_partitions import MySQLPartitioning
 
@@ -123,7 +123,7 @@ class MySQLBackend(QueueBackend):
         def estimate() -> int | None:
             # Django's QuerySet.explain() formats MySQL's plan as text; the row counts are
             # read from the plain EXPLAIN's columns.
-            sql, params = qs.query.sql_with_params()
+            sql, params = compiled(qs)
             with self.connection.cursor() as cursor:
                 cursor.execute("EXPLAIN " + sql, params)
                 names = [column[0].lower() for column in cursor.description]

@@ -14,7 +14,7 @@ from django.db import connections, transaction
 from django.db.models import Value
 from django.db.models.expressions import RawSQL
 
-from .base import QueueBackend, SqlParams, run_quietly
+from .base import QueueBackend, SqlParams, compiled, run_quietly
 from .error_groups import masked_last_line
 from .postgresql_partitions import PostgreSQLPartitioning
 
@@ -91,9 +91,9 @@ class PostgreSQLBackend(QueueBackend):
         due = rows.ready().order_by(*order)
         first = due.filter(**{f"{key}__isnull": False}).annotate(dbqueue_n=Value(1))
         first = first.values_list(key, "pk", "queue_priority", "dbqueue_n")[:1]
-        first_sql, first_params = first.query.sql_with_params()
+        first_sql, first_params = compiled(first)
         after = due.filter(**{f"{key}__gt": RawSQL(f"{name}.dbqueue_key", ())})
-        next_sql, next_params = after.values_list(key, "pk", "queue_priority")[:1].query.sql_with_params()
+        next_sql, next_params = compiled(after.values_list(key, "pk", "queue_priority")[:1])
         cte = (
             f"{name}(dbqueue_key, dbqueue_pk, dbqueue_priority, dbqueue_n) AS ("
             f"({first_sql}) UNION ALL SELECT dbqueue_next.*, {name}.dbqueue_n + 1 FROM {name} "

@@ -34,7 +34,7 @@ from django.db import connections, models
 from django.db.models import Count
 from django.db.models.expressions import RawSQL
 
-from ..backends import backend_for
+from ..backends import backend_for, compiled
 from ..states import QueueState
 
 #: ``(pk, key, priority)`` of a due row; rows of one key come in the plain claim order.
@@ -72,16 +72,11 @@ class Statement:
 _statements: dict[tuple[Any, ...], Statement] = {}
 
 
-def _compiled(qs: models.QuerySet) -> tuple[str, tuple[Any, ...]]:
-    sql, params = qs.query.sql_with_params()
-    return sql, tuple(params)
-
-
 def filters_of(qs: models.QuerySet) -> tuple[Any, ...] | None:
     """What a statement built from ``qs`` depends on besides its model and database: the
     claim's own filters, compiled (one small compile per claim, against one per statement).
     None when their parameters cannot be a dictionary key: then nothing is cached."""
-    found = (qs.model, qs.db, *_compiled(qs.order_by().values("pk")))
+    found = (qs.model, qs.db, *compiled(qs.order_by().values("pk")))
     try:
         hash(found)
     except TypeError:
@@ -106,12 +101,12 @@ def cached(
 def _head(qs: models.QuerySet, key: str, column: str) -> SqlParams:
     """The scalar subquery of one column of the walked key's head row."""
     of_walked = qs.filter(**{key: RawSQL("dbqueue_keys.dbqueue_key", ())})
-    return _compiled(of_walked.order_by(*IN_KEY_ORDER).values(column)[:1])
+    return compiled(of_walked.order_by(*IN_KEY_ORDER).values(column)[:1])
 
 
 def _running_sql(qs: models.QuerySet, key: str) -> SqlParams:
     held = qs.filter(queue_state=QueueState.RUNNING).order_by().values(key).annotate(n=Count("pk"))
-    return _compiled(held.values_list(key, "n"))
+    return compiled(held.values_list(key, "n"))
 
 
 def _running_rows(qs: models.QuerySet, key: str) -> SqlParams:

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import connections, models
 
-from ..backends import DbNow, backend_for, db_now_plus
+from ..backends import DbNow, backend_for, compiled, db_now_plus
 from ..conf import settings
 from . import heads, rotation
 from .bounded import TurnNotTaken, bounded_order, locking_order
@@ -64,7 +64,7 @@ def _aged_first(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> 
         # slower than the plain claim.
         def build() -> tuple[str, tuple[Any, ...]]:
             fresh = qs.filter(queue_run_at__gt=db_now_plus(-bound)).claim_candidates(limit)
-            return backend.locking_statement([_aged_sql(aged, limit), fresh.query.sql_with_params()], limit)
+            return backend.locking_statement([compiled(_locking(aged, ())[:limit]), compiled(fresh)], limit)
 
         # Built once per model, database, claim filters and batch size: compiling its two
         # SELECTs on every claim cost more CPU than the plain claim's one.
@@ -75,11 +75,6 @@ def _aged_first(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> 
         rest = qs.exclude(pk__in=[row[0] for row in taken]) if taken else qs
         taken.extend(rest.claim_candidates(limit - len(taken), *also))
     return taken
-
-
-def _aged_sql(aged: models.QuerySet, limit: int) -> tuple[str, tuple[Any, ...]]:
-    sql, params = _locking(aged, ())[:limit].query.sql_with_params()
-    return sql, tuple(params)
 
 
 def _run(using: str, statement: tuple[str, tuple[Any, ...]]) -> list[Candidate]:
@@ -179,7 +174,7 @@ def _lock_in_order(
         if write is not None:
             assert moved is not None
             moved.append(pairs[-1][1])
-            found = _run(ready.db, backend.locking_statement([chosen.query.sql_with_params()], None, [write]))
+            found = _run(ready.db, backend.locking_statement([compiled(chosen)], None, [write]))
         else:
             found = list(chosen)
         locked = {row[0]: row for row in found}

@@ -1,0 +1,41 @@
+"""Fair and aging claims on a database other than the default: their statements are compiled
+for the database they run on (``backends.compiled``). Compiled for the default one, a locking
+SELECT checked that the *default* connection was in a transaction and the claim failed
+("select_for_update cannot be used outside of a transaction"), as the scale benchmark's
+claims on its second database did."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models import F
+
+from django_dbqueue.states import QueueState
+from tests.conftest import every_database
+from tests.testapp.models import AgedJob, FairJob
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True, databases=["default", "other"]),
+    every_database("the fair and aging claims' statements are each database's"),
+]
+
+
+def test_an_aging_claim_on_another_database_takes_its_aged_rows_first() -> None:
+    rows = AgedJob.objects.using("other")
+    old = rows.bulk_create([AgedJob(customer="old", queue_priority=0) for _ in range(2)])
+    rows.filter(pk__in=[row.pk for row in old]).update(queue_run_at=F("queue_run_at") - timedelta(hours=1))
+    fresh = rows.bulk_create([AgedJob(customer="new", queue_priority=10) for _ in range(3)])
+    taken = rows.claim(4)
+    assert [row.pk for row in taken] == [old[0].pk, old[1].pk, fresh[0].pk, fresh[1].pk]
+    assert rows.filter(queue_state=QueueState.RUNNING).count() == 4
+    assert not AgedJob.objects.exists()  # nothing on the default database
+
+
+def test_a_fair_claim_on_another_database_serves_every_key() -> None:
+    rows = FairJob.objects.using("other")
+    rows.bulk_create([FairJob(customer="big") for _ in range(20)] + [FairJob(customer="small")])
+    taken = rows.claim(4)
+    assert {row.customer for row in taken} == {"big", "small"}
+    assert rows.filter(queue_state=QueueState.RUNNING).count() == 4
+    assert not FairJob.objects.exists()
