@@ -14,7 +14,12 @@ keys the caller gives, the plan is made once:
   queue time the database's clock, ``COALESCE(%s, <the clock>)`` in the statement (DESIGN.md,
   "One clock"), compiled once from ``DbNow`` by the ORM's compiler;
 * each value a row gives: adapted by its field's ``get_db_prep_save`` (the ORM's own
-  conversion: a JSON payload is dumped by its JSONField, an aware datetime made the database's).
+  conversion: a JSON payload is dumped by its JSONField, an aware datetime made the database's),
+  except a ``str`` for Django's own text fields, which that conversion returns unchanged;
+* a column no row gives is left out of the statement when the database stores the same value
+  itself: NULL for a nullable column without a default, the ``db_default`` where it equals the
+  field's default (``queue_dependants``). What is left per row is what the driver quotes, one
+  parameter at a time: on MariaDB the largest client cost of a batch.
 
 ``auto_now``/``auto_now_add`` date fields take one ``pre_save()`` value per batch. A model
 whose field computes its value in its own ``pre_save()`` (a FileField, a user's field type)
