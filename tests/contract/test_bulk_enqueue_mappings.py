@@ -13,6 +13,7 @@ from django.db import connection, models, transaction
 from django.db.models.signals import post_save, pre_save
 from django.test.utils import CaptureQueriesContext, isolate_apps
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 
 from django_dbqueue.backends import read_now
 from django_dbqueue.composition import batch
@@ -201,3 +202,47 @@ def test_bad_input_names_the_row_and_writes_nothing() -> None:
         assert not connection.needs_rollback  # the caller's transaction stays usable
         assert Job.objects.bulk_enqueue(good) == 5
     assert Job.objects.count() == 5 and not HostileJob.objects.exists()
+
+
+def test_a_column_whose_database_default_is_its_value_is_left_to_the_database() -> None:
+    # queue_dependants: default=False and db_default=False. Sending it was one parameter more
+    # per row for the driver to quote; the database stores the same False.
+    with CaptureQueriesContext(connection) as queries:
+        assert Job.objects.bulk_enqueue([{"name": "left"}, {"name": "given", "queue_dependants": True}]) == 2
+        assert Job.objects.bulk_enqueue([{"name": "none"}]) == 1
+    inserts_sent = [q["sql"] for q in queries.captured_queries if q["sql"][:6].upper() == "INSERT"]
+    assert len(inserts_sent) == 2
+    assert "queue_dependants" in inserts_sent[0]  # a row gives it: the column is sent for all
+    assert "queue_dependants" not in inserts_sent[1]
+    assert dict(Job.objects.values_list("name", "queue_dependants")) == {
+        "left": False,
+        "given": True,
+        "none": False,
+    }
+
+
+def test_a_column_without_a_database_default_is_still_sent() -> None:
+    plan = inserts.plan_for(Message, "default")
+    assert plan is not None
+    filled = {column.field.name for column in plan.columns if column.database_fills}
+    # Only db_default columns; expects_reply (default=False, no db_default) is sent as before.
+    assert filled == {"queue_dependants"}
+
+
+def test_text_values_pass_as_they_are_and_others_are_converted_by_the_field() -> None:
+    class Tagged(str):
+        pass
+
+    rows: list[dict[str, Any]] = [
+        {"subject": "plain"},
+        {"subject": 42},  # CharField.to_python makes it "42", as save() would
+        {"subject": gettext_lazy("lazy")},  # a lazy string is resolved by get_prep_value
+        {"subject": Tagged("tagged")},  # a str subclass takes the field's own path
+    ]
+    assert Ticket.objects.bulk_enqueue(rows) == 4
+    assert list(Ticket.objects.order_by("pk").values_list("subject", flat=True)) == [
+        "plain",
+        "42",
+        "lazy",
+        "tagged",
+    ]
