@@ -29,6 +29,7 @@ from ..states import QueueState
 from ..tracebacks import describe_error
 from . import extensions, inserts, rescue
 from .lease import Claim, as_timedelta, default_worker_id, new_token, run_alone_apart
+from .loading import loadable, row_loader
 from .outcome import Outcome
 from .record import record
 from .row import COMPOSITION_FIELDS, QueueRow
@@ -178,7 +179,12 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
         be loaded ends FAILED with the reason, and the rest of the batch goes on."""
         held = self.model._base_manager.using(claim.using).filter(queue_token=claim.token)
         try:
-            loaded = list(held.filter(pk__in=ids))
+            # One SELECT built once per model (queue/loading.py); a model whose rows a
+            # QuerySet reads differently (a parent's table, a base manager) keeps the QuerySet.
+            if loadable(self.model):
+                loaded = row_loader(self.model, claim.using).load(ids, claim.token)
+            else:
+                loaded = list(held.filter(pk__in=ids))
         except DatabaseError:
             raise  # the database's trouble, not a row's: the leases bring the rows back
         except Exception:  # noqa: BLE001 - find the row(s) at fault, one by one
