@@ -59,7 +59,7 @@ class RowLoader:
         pk = quote(cast(str, self.pk_field.column))
         self._sql = f"SELECT {columns} FROM {table} WHERE {pk} IN ({_KEYS}) AND {token} = %s"
 
-    def load(self, ids: Sequence[Any], token: int) -> list[QueueRow]:
+    def load(self, ids: Sequence[Any], token: int) -> list[Any]:
         """The rows of ``ids`` that carry ``token``, as instances (in no particular order);
         a converter's or an ``__init__``'s error goes up, as it would out of a QuerySet."""
         if not ids:
@@ -88,7 +88,8 @@ def loadable(model: type[models.Model]) -> bool:
     base manager: else a QuerySet loads them (joins of a parent table, a manager's filters)."""
     opts = model._meta
     # A proxy reads its concrete model's one table: only a concrete parent's table joins.
-    return not opts.concrete_model._meta.parents and opts.base_manager_name is None
+    concrete = cast(type[models.Model], opts.concrete_model)
+    return not concrete._meta.parents and opts.base_manager_name is None
 
 
 @lru_cache(maxsize=256)
