@@ -45,6 +45,7 @@ class RowLoader:
         self.using = using
         self.pk_field = opts.pk
         self.names = [field.attname for field in fields]
+        self._pk_at = fields.index(self.pk_field)
         #: (column index, its converters, the column expression they are given), for the
         #: columns that have converters only: most rows' values go through untouched.
         self.converters: list[tuple[int, list[Converter], Any]] = []
@@ -60,8 +61,8 @@ class RowLoader:
         self._sql = f"SELECT {columns} FROM {table} WHERE {pk} IN ({_KEYS}) AND {token} = %s"
 
     def load(self, ids: Sequence[Any], token: int) -> list[Any]:
-        """The rows of ``ids`` that carry ``token``, as instances (in no particular order);
-        a converter's or an ``__init__``'s error goes up, as it would out of a QuerySet."""
+        """The rows of ``ids`` that carry ``token``, as instances in the order of ``ids``; a
+        converter's or an ``__init__``'s error goes up, as it would out of a QuerySet."""
         if not ids:
             return []
         connection = connections[self.using]
@@ -71,7 +72,7 @@ class RowLoader:
             cursor.execute(self._sql.replace(_KEYS, ", ".join(["%s"] * len(keys))), [*keys, token])
             fetched = cursor.fetchall()
         from_db, using, names, converters = self.model.from_db, self.using, self.names, self.converters
-        rows = []
+        by_key = {}
         for fetched_row in fetched:
             values = list(fetched_row)
             for at, found, column in converters:
@@ -79,8 +80,14 @@ class RowLoader:
                 for convert in found:
                     value = convert(value, column, connection)
                 values[at] = value
-            rows.append(from_db(using, names, values))
-        return rows
+            # Keyed by the converted key, as the claim's locking read gave the keys: the
+            # claim's order comes from ``ids`` without reading each instance's ``pk`` again.
+            by_key[values[self._pk_at]] = from_db(using, names, values)
+        ordered = [by_key[pk] for pk in ids if pk in by_key]
+        if len(ordered) != len(by_key):  # a key read back spelled unlike the claim's: by pk
+            position = {pk: index for index, pk in enumerate(ids)}
+            ordered = sorted(by_key.values(), key=lambda row: position[row.pk])
+        return ordered
 
 
 def loadable(model: type[models.Model]) -> bool:

@@ -174,7 +174,7 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
         return Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=now), ids
 
     def _load(self, claim: Claim, ids: list[Any]) -> list[_Row]:
-        """The claimed rows as instances, in claim order. Loading runs field converters
+        """The claimed rows as instances, in claim order (``ids``'). Loading runs field converters
         (``from_db_value``: user code, and a payload that may not decode): a row that cannot
         be loaded ends FAILED with the reason, and the rest of the batch goes on."""
         held = self.model._base_manager.using(claim.using).filter(queue_token=claim.token)
@@ -184,7 +184,7 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
             if loadable(self.model):
                 loaded = row_loader(self.model, claim.using).load(ids, claim.token)
             else:
-                loaded = list(held.filter(pk__in=ids))
+                loaded = _in_claim_order(list(held.filter(pk__in=ids)), ids)
         except DatabaseError:
             raise  # the database's trouble, not a row's: the leases bring the rows back
         except Exception:  # noqa: BLE001 - find the row(s) at fault, one by one
@@ -198,8 +198,6 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
                     reason = f"the row could not be loaded: {describe_error(exc)}"
                     logger.error("%s pk=%s %s", self.model._meta.label, pk, reason)
                     record(self.model, claim, [Outcome.unloadable(pk, reason)])
-        position = {pk: index for index, pk in enumerate(ids)}
-        loaded.sort(key=lambda row: position[row.pk])
         for row in loaded:
             row._queue_claim = claim
         return loaded
@@ -367,6 +365,12 @@ def _in_order(qs: Any, limit: int) -> list[tuple[Any, Any, Any]]:
     for locked_candidates in extensions.claim_orders:
         return locked_candidates(qs, limit)
     return list(qs.claim_candidates(limit))
+
+
+def _in_claim_order(rows: list[Any], ids: list[Any]) -> list[Any]:
+    position = {pk: index for index, pk in enumerate(ids)}
+    rows.sort(key=lambda row: position[row.pk])
+    return rows
 
 
 def _gate(model: type[models.Model], using: str) -> extensions.ClaimGate | None:

@@ -41,7 +41,7 @@ def run_leased(claimed: ClaimedRows) -> None:
         if claimed.must_stop():
             claimed.give_back(claimed.rows[index:])
             break
-        if row.pk in lost:
+        if lost and row.pk in lost:  # the set is filled in place: usually empty
             # Its lease ran out while this worker was held up and another worker has it
             # now: running it here would only be a duplicate.
             claimed.lost(row)
