@@ -29,6 +29,7 @@ from ..states import QueueState
 from ..tracebacks import describe_error
 from . import extensions, inserts, rescue
 from .lease import Claim, as_timedelta, default_worker_id, new_token, run_alone_apart
+from .loading import loadable, row_loader
 from .outcome import Outcome
 from .record import record
 from .row import COMPOSITION_FIELDS, QueueRow
@@ -173,12 +174,17 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
         return Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=now), ids
 
     def _load(self, claim: Claim, ids: list[Any]) -> list[_Row]:
-        """The claimed rows as instances, in claim order. Loading runs field converters
+        """The claimed rows as instances, in claim order (``ids``'). Loading runs field converters
         (``from_db_value``: user code, and a payload that may not decode): a row that cannot
         be loaded ends FAILED with the reason, and the rest of the batch goes on."""
         held = self.model._base_manager.using(claim.using).filter(queue_token=claim.token)
         try:
-            loaded = list(held.filter(pk__in=ids))
+            # One SELECT built once per model (queue/loading.py); a model whose rows a
+            # QuerySet reads differently (a parent's table, a base manager) keeps the QuerySet.
+            if loadable(self.model):
+                loaded = row_loader(self.model, claim.using).load(ids, claim.token)
+            else:
+                loaded = _in_claim_order(list(held.filter(pk__in=ids)), ids)
         except DatabaseError:
             raise  # the database's trouble, not a row's: the leases bring the rows back
         except Exception:  # noqa: BLE001 - find the row(s) at fault, one by one
@@ -192,8 +198,6 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
                     reason = f"the row could not be loaded: {describe_error(exc)}"
                     logger.error("%s pk=%s %s", self.model._meta.label, pk, reason)
                     record(self.model, claim, [Outcome.unloadable(pk, reason)])
-        position = {pk: index for index, pk in enumerate(ids)}
-        loaded.sort(key=lambda row: position[row.pk])
         for row in loaded:
             row._queue_claim = claim
         return loaded
@@ -361,6 +365,12 @@ def _in_order(qs: Any, limit: int) -> list[tuple[Any, Any, Any]]:
     for locked_candidates in extensions.claim_orders:
         return locked_candidates(qs, limit)
     return list(qs.claim_candidates(limit))
+
+
+def _in_claim_order(rows: list[Any], ids: list[Any]) -> list[Any]:
+    position = {pk: index for index, pk in enumerate(ids)}
+    rows.sort(key=lambda row: position[row.pk])
+    return rows
 
 
 def _gate(model: type[models.Model], using: str) -> extensions.ClaimGate | None:

@@ -134,7 +134,7 @@ def _succeeded(
     model: type[QueueRow], claim: Claim, group: list[Outcome], now: datetime, out: Recorded
 ) -> None:
     rows = [outcome.row for outcome in group if outcome.row is not None]
-    ids = [row.pk for row in rows]
+    ids = [outcome.pk for outcome in group if outcome.row is not None]  # each row's pk, read once
     count = statements(model, claim.using).succeed(ids, claim, now)
     # A success the claim already recorded (a repeat) is written; a row another writer ended
     # (cancelled, failed) carries the same negated token, and the state tells them apart.
@@ -159,8 +159,9 @@ def _after_success(
         "queue_locked_until": None,
         "queue_last_error": "",
     }
+    every = len(written) == len(rows)  # the common case: no pk to read again per row
     for row in rows:
-        if row.pk in written:
+        if every or row.pk in written:
             out.update(row, values)
             out.announcements.append((signals.job_succeeded, {"row": row}))
     out.written |= written

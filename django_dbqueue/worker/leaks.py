@@ -14,15 +14,17 @@ import threading
 from collections.abc import Callable
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 class LeakedTransaction(Exception):
     """The handler left its database connection in a transaction."""
 
 
-def left_open(using: str) -> LeakedTransaction | None:
-    """What the last handler left open on ``using``'s connection, by Django's own state."""
-    connection = connections[using]
+def left_open(using: str | BaseDatabaseWrapper) -> LeakedTransaction | None:
+    """What the last handler left open on ``using``'s connection (or on the connection given:
+    a caller that asks after every job looks it up once), by Django's own state."""
+    connection = connections[using] if isinstance(using, str) else using
     if connection.in_atomic_block:
         return LeakedTransaction("the handler entered transaction.atomic() and did not leave it")
     if not connection.get_autocommit():

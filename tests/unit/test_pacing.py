@@ -36,7 +36,7 @@ def test_after_work_it_polls_warm_for_the_window_then_backs_off_from_the_shortes
         paced.next_wait()
     paced.worked()
     clock.now += 0.5
-    assert [paced.next_wait() for _ in range(3)] == pytest.approx([0.009] * 3)
+    assert [paced.next_wait() for _ in range(3)] == pytest.approx([0.005] * 3)
     clock.now += pacing.WARM_WINDOW
     assert [paced.next_wait() for _ in range(5)] == pytest.approx([0.005625, 0.01125, 0.0225, 0.045, 0.045])
 

@@ -1,0 +1,74 @@
+"""A claim's rows are loaded by one SELECT built once per model (queue/loading.py): the
+statements of a claim do not grow with its size, and each instance holds what a QuerySet
+would have given it, value for value and type for type (issue #33)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection, models
+from django.test.utils import CaptureQueriesContext
+
+from django_dbqueue.queue.loading import loadable, row_loader
+from django_dbqueue.tables.flow import QueuePause
+from tests.testapp.models import AtomicNoop, HostileJob, Noop, Ticket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _data_statements(limit: int) -> list[str]:
+    """The statements of one claim of ``limit`` rows, transaction control left out (SQLite's
+    BEGIN, the savepoints of a caller's transaction), and the read of the pauses (cached for a
+    while: whether it is read again during a claim is a matter of time)."""
+    Noop.objects.bulk_create([Noop() for _ in range(limit)])
+    with CaptureQueriesContext(connection) as queries:
+        assert len(Noop.objects.claim(limit)) == limit
+    control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
+    pauses = QueuePause._meta.db_table
+    return [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].split()[0].upper() not in control and pauses not in q["sql"]
+    ]
+
+
+def test_a_claim_is_its_locking_read_its_update_and_one_load_whatever_its_size() -> None:
+    small, large = _data_statements(3), _data_statements(60)
+    assert [sql.split()[0].upper() for sql in small] == ["SELECT", "UPDATE", "SELECT"], small
+    assert [sql.split()[0].upper() for sql in large] == ["SELECT", "UPDATE", "SELECT"], large
+
+
+def _fields(row: models.Model) -> dict[str, Any]:
+    return {name: value for name, value in row.__dict__.items() if name != "_state"}
+
+
+@pytest.mark.parametrize("model", [Noop, AtomicNoop, Ticket, HostileJob])
+def test_claimed_instances_hold_what_a_queryset_loads(model) -> None:
+    if model is Ticket:
+        rows = [Ticket(subject=f"s{i}", customer=i, handled=bool(i % 2)) for i in range(5)]
+    elif model is HostileJob:
+        rows = [HostileJob(data={"n": i, "text": "é", "list": [1, 2.5, None]}) for i in range(5)]
+    else:
+        rows = [model(payload=f"p{i}") for i in range(5)]
+    model.objects.bulk_create(rows)
+    claimed = model.objects.claim(5)
+    token = claimed[0].queue_claim().token
+    loaded = {row.pk: row for row in model._base_manager.filter(queue_token=token)}
+    assert loadable(model)
+    assert [type(row) for row in claimed] == [model] * 5
+    for row in claimed:
+        expected = _fields(loaded[row.pk])
+        got = {name: value for name, value in _fields(row).items() if name != "_queue_claim"}
+        assert got == expected
+        assert [type(value) for value in got.values()] == [type(value) for value in expected.values()]
+        assert row._state.db == loaded[row.pk]._state.db and not row._state.adding
+
+
+def test_the_loader_takes_only_the_rows_of_its_token() -> None:
+    Noop.objects.bulk_create([Noop() for _ in range(4)])
+    first, second = Noop.objects.claim(2), Noop.objects.claim(2)
+    ids = [row.pk for row in first + second]
+    token = first[0].queue_claim().token
+    assert {row.pk for row in row_loader(Noop, "default").load(ids, token)} == {row.pk for row in first}
+    assert row_loader(Noop, "default").load([], token) == []
