@@ -6,13 +6,11 @@ claims on its second database did."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.db.models import F
 
 from django_dbqueue.states import QueueState
 from tests.conftest import every_database
+from tests.features.fairness.scenarios import aged_and_fresh
 from tests.testapp.models import AgedJob, FairJob
 
 pytestmark = [
@@ -23,9 +21,7 @@ pytestmark = [
 
 def test_an_aging_claim_on_another_database_takes_its_aged_rows_first() -> None:
     rows = AgedJob.objects.using("other")
-    old = rows.bulk_create([AgedJob(customer="old", queue_priority=0) for _ in range(2)])
-    rows.filter(pk__in=[row.pk for row in old]).update(queue_run_at=F("queue_run_at") - timedelta(hours=1))
-    fresh = rows.bulk_create([AgedJob(customer="new", queue_priority=10) for _ in range(3)])
+    old, fresh = aged_and_fresh(2, 3, rows)
     taken = rows.claim(4)
     assert [row.pk for row in taken] == [old[0].pk, old[1].pk, fresh[0].pk, fresh[1].pk]
     assert rows.filter(queue_state=QueueState.RUNNING).count() == 4

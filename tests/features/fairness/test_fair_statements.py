@@ -10,12 +10,10 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
-from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue.backends import backend_for
@@ -27,7 +25,7 @@ from django_dbqueue.queue.outcome import Outcome
 from django_dbqueue.queue.record import record
 from django_dbqueue.states import QueueState
 from tests.conftest import every_database
-from tests.features.fairness.scenarios import fill
+from tests.features.fairness.scenarios import aged_and_fresh, fill
 from tests.testapp.models import AgedJob, FairJob
 
 pytestmark = [
@@ -115,11 +113,7 @@ def test_an_aging_claim_sends_as_many_statements_as_the_plain_claim() -> None:
 
 
 def test_an_aging_claim_in_one_statement_takes_aged_rows_first_then_the_plain_order() -> None:
-    old = AgedJob.objects.bulk_create([AgedJob(customer="old", queue_priority=0) for _ in range(3)])
-    AgedJob.objects.filter(pk__in=[row.pk for row in old]).update(
-        queue_run_at=F("queue_run_at") - timedelta(hours=1)
-    )
-    fresh = AgedJob.objects.bulk_create([AgedJob(customer="new", queue_priority=10) for _ in range(5)])
+    old, fresh = aged_and_fresh(3, 5)
     taken = AgedJob.objects.claim(6)
     assert [row.pk for row in taken] == [row.pk for row in old] + [row.pk for row in fresh[:3]]
     assert AgedJob.objects.filter(queue_state=QueueState.RUNNING).count() == 6
@@ -190,11 +184,7 @@ def test_aged_rows_that_fill_the_batch_leave_the_rest_ready_for_the_next_claim()
     # On MariaDB the plain part of the one statement locks up to a batch of rows it does not
     # return (the backend's locking_statement): they stay READY, and the next claim takes
     # the aged rows left, then those.
-    old = AgedJob.objects.bulk_create([AgedJob(customer="old", queue_priority=0) for _ in range(4)])
-    AgedJob.objects.filter(pk__in=[row.pk for row in old]).update(
-        queue_run_at=F("queue_run_at") - timedelta(hours=1)
-    )
-    fresh = AgedJob.objects.bulk_create([AgedJob(customer="new", queue_priority=10) for _ in range(4)])
+    old, fresh = aged_and_fresh(4, 4)
     first = AgedJob.objects.claim(3)
     assert [row.pk for row in first] == [row.pk for row in old[:3]]
     assert AgedJob.objects.filter(queue_state=QueueState.READY).count() == 5
