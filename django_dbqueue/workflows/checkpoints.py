@@ -55,13 +55,12 @@ def preload(rows: list[QueueRow], claim: Claim) -> None:
     claim's rows in one SELECT, kept on each instance for its run's :func:`load`. Read before
     each row's lock, they are still what its run finds: only a run of the row writes them, and
     the claim's token fences every other (an operator's fork refuses a RUNNING row). Their
-    events too, in a second SELECT: a send may add one before a run locks its row, which the
+    events too (the same SELECT): a send may add one before a run locks its row, which the
     run's wait looks for in its park's UPDATE (``Park.due_if``)."""
     if not rows:
         return
     label, keys = rows[0]._meta.label, [str(row.pk) for row in rows]
-    reads = step_statements(claim.using)
-    found, sent = reads.load_many(label, keys), reads.events_many(label, keys)
+    found, sent = step_statements(claim.using).preload(label, keys)
     for row in rows:
         row.__dict__[_HELD] = Held(found[str(row.pk)], sent[str(row.pk)], locked=False)
 
@@ -80,15 +79,17 @@ def read(row: QueueRow, using: str) -> dict[str, WorkflowStep]:
 
 def write(row: QueueRow, using: str, **values: Any) -> WorkflowStep:
     """A new checkpoint of ``row``: one INSERT (its SQL built once: statements.py)."""
-    step = WorkflowStep(**key_of(row), **values)
-    step_statements(using).insert(step)
-    return step
+    return step_statements(using).insert(**key_of(row), **values)
 
 
 def as_stored(value: Any, name: str) -> Any:
     """``value`` as a replay will see it (through JSON), so the first run and every later
     one pass the next step the same thing; a value JSON cannot hold, or too big for the
     payload limit, is a clear error at the step that returned it."""
+    if value is None or type(value) is bool:
+        # JSON gives these back as they are (a step with only database effects returns None):
+        # no check, no round trip. Exact types: a subclass (an IntEnum...) comes back plain.
+        return value
     try:
         check_payload(value, f"step {name}")
     except (TypeError, ValueError) as exc:

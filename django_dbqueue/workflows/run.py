@@ -27,7 +27,7 @@ from django.utils import timezone
 from ..compat import UTC
 from ..exceptions import Park, WaitTimeout
 from ..observability import traces
-from ..observability.metrics import step_metrics
+from ..observability.metrics import run_step
 from ..queue.lease import as_timedelta
 from ..tables.workflow import WorkflowStep
 from . import checkpoints, events
@@ -40,6 +40,11 @@ T = TypeVar("T")
 
 #: The due time of a row that waits for an event with no timeout: the event wakes it.
 FOREVER = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _stored(name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What the step ``name`` (``fn(*args, **kwargs)``) returned, as a replay will see it."""
+    return checkpoints.as_stored(fn(*args, **kwargs), name)
 
 
 class Workflow:
@@ -81,8 +86,13 @@ class Workflow:
             # One new step per transaction: this one is the next run's (due now).
             raise Park(reason=f"next step: {name}")
         started = self.claim.now()
-        with traces.step_span(self.row, name), step_metrics(self.row, name):
-            result = checkpoints.as_stored(fn(*args, **kwargs), name)
+        # The step's value is made storable inside its span and its timing, so a value that
+        # cannot be stored counts as the step's failure.
+        if traces.active():
+            with traces.step_span(self.row, name):
+                result = run_step(self.row, name, _stored, name, fn, args, kwargs)
+        else:  # no span to open: none of a context manager's calls
+            result = run_step(self.row, name, _stored, name, fn, args, kwargs)
         with checkpoints.writing(self.row, self.using):
             self._write(name, WorkflowStep.STEP, started, result=result, finished_at=self.claim.now())
         self.stepped = True

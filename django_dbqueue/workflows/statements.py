@@ -37,6 +37,7 @@ class StepStatements:
         connection = connections[using]
         quote = connection.ops.quote_name
         fields = list(WorkflowStep._meta.concrete_fields)
+        assert fields[0].primary_key, "insert() makes its instance from the values in field order"
         self.using = using
         self._names = [field.attname for field in fields]
         self._converters = [_converters(field, connection) for field in fields]
@@ -45,13 +46,31 @@ class StepStatements:
         model, object_pk = (quoted_column(connection, WorkflowStep, name) for name in ("model", "object_pk"))
         every = ", ".join(quote(cast(str, field.column)) for field in fields)
         self._load = f"SELECT {every} FROM {table} WHERE {model} = %s AND {object_pk} = %s"
-        self._load_many = f"SELECT {every} FROM {table} WHERE {model} = %s AND {object_pk} IN (<keys>)"
-        written = ", ".join(quote(cast(str, field.column)) for field in self._written)
-        marks = ", ".join(["%s"] * len(self._written))
-        self._insert = f"INSERT INTO {table} ({written}) VALUES ({marks})"
-        # A claim's preload reads its rows' events too: through the ORM that read went through
-        # the query compiler once per claim (about 8% of a profiled 1-step workflow drain's
-        # time, at claims of 6 rows).
+        self._table = table
+        self._columns = [quote(cast(str, field.column)) for field in self._written]
+        #: The INSERT of a new checkpoint by the written columns it lists (see insert()).
+        self._inserts: dict[tuple[int, ...], str] = {}
+        # A new checkpoint's values in field order: what a run does not give is the field's
+        # default (none of them is callable: checked here, so a new field with one fails loudly).
+        self._defaults: list[Any] = []
+        for field in self._written:
+            default = field.get_default()
+            assert not (field.has_default() and callable(field.default)), f"{field.name}: a callable default"
+            # insert() leaves a None out of the INSERT, for the column's own default: NULL.
+            assert not field.has_db_default(), f"{field.name}: a database default is not NULL"
+            self._defaults.append(default)
+        self._slots = {field.attname: at for at, field in enumerate(self._written)}
+        # Converted values that come from code, not from rows (the model's label, the step's
+        # name, kind and position, a wait's event name, the timed-out flag): each converts to
+        # the same parameter every time (get_db_prep_save), so once per value, not per run.
+        code = ("model", "name", "kind", "position", "event", "timed_out")
+        self._constant = {at for at, field in enumerate(self._written) if field.name in code}
+        self._prepared: dict[tuple[int, Any], Any] = {}
+        # A claim's preload reads its rows' checkpoints and their events in one statement (a
+        # UNION ALL: each side's columns NULL on the other's rows), where it was two round
+        # trips; built once, as through the ORM each read went through the query compiler
+        # once per claim (about 8% of a profiled 1-step workflow drain's time, at claims of
+        # 6 rows).
         event_fields = list(WorkflowEvent._meta.concrete_fields)
         self._event_names = [field.attname for field in event_fields]
         self._event_converters = [_converters(field, connection) for field in event_fields]
@@ -59,10 +78,14 @@ class StepStatements:
         event_model, event_object_pk = (
             quoted_column(connection, WorkflowEvent, name) for name in ("model", "object_pk")
         )
-        event_pk = quote(cast(str, WorkflowEvent._meta.pk.column))
-        self._events_many = (
-            f"SELECT {', '.join(quote(cast(str, field.column)) for field in event_fields)} FROM {events} "
-            f"WHERE {event_model} = %s AND {event_object_pk} IN (<keys>) ORDER BY {event_pk}"
+        event_every = ", ".join(quote(cast(str, field.column)) for field in event_fields)
+        no_steps = ", ".join(["NULL"] * len(fields))
+        no_events = ", ".join(["NULL"] * len(event_fields))
+        # Events oldest first: by their pk, the first of their columns (in the result's numbers).
+        self._preload = (
+            f"SELECT {every}, {no_events} FROM {table} WHERE {model} = %s AND {object_pk} IN (<keys>) "
+            f"UNION ALL SELECT {no_steps}, {event_every} FROM {events} "
+            f"WHERE {event_model} = %s AND {event_object_pk} IN (<keys>) ORDER BY {len(fields) + 1}"
         )
 
     def load(self, model: str, object_pk: str) -> dict[str, WorkflowStep]:
@@ -73,33 +96,31 @@ class StepStatements:
             rows = cursor.fetchall()
         return self.checkpoints(rows)
 
-    def load_many(self, model: str, object_pks: list[str]) -> dict[str, dict[str, WorkflowStep]]:
-        """The checkpoints of the rows ``object_pks`` of ``model``, by row and name: one
-        SELECT (the caller bounds the IN list: a claim's rows)."""
+    def preload(
+        self, model: str, object_pks: list[str]
+    ) -> tuple[dict[str, dict[str, WorkflowStep]], dict[str, list[WorkflowEvent]]]:
+        """The checkpoints (by row and name) and the events not received (by row, oldest
+        first) of the rows ``object_pks`` of ``model``: one SELECT (the caller bounds the IN
+        lists: a claim's rows)."""
         connection = connections[self.using]
         marks = ", ".join(["%s"] * len(object_pks))
         with connection.cursor() as cursor:
-            cursor.execute(self._load_many.replace("<keys>", marks), [model, *object_pks])
+            cursor.execute(self._preload.replace("<keys>", marks), [model, *object_pks] * 2)
             rows = cursor.fetchall()
+        steps = len(self._names)
         found: dict[str, dict[str, WorkflowStep]] = {pk: {} for pk in object_pks}
-        for step in self.instances(rows):
+        # A side's own key (its first column) is NULL on the other side's rows.
+        for step in self.instances([row[:steps] for row in rows if row[0] is not None]):
             found[step.object_pk][step.name] = step
-        return found
-
-    def events_many(self, model: str, object_pks: list[str]) -> dict[str, list[WorkflowEvent]]:
-        """The events not received of the rows ``object_pks`` of ``model``, by row, oldest
-        first: one SELECT (the caller bounds the IN list: a claim's rows)."""
-        connection = connections[self.using]
-        marks = ", ".join(["%s"] * len(object_pks))
-        with connection.cursor() as cursor:
-            cursor.execute(self._events_many.replace("<keys>", marks), [model, *object_pks])
-            rows = cursor.fetchall()
-        found: dict[str, list[WorkflowEvent]] = {pk: [] for pk in object_pks}
+        sent: dict[str, list[WorkflowEvent]] = {pk: [] for pk in object_pks}
         for row in rows:
-            values = [_convert(value, self._event_converters[at], connection) for at, value in enumerate(row)]
+            if row[steps] is None:
+                continue
+            converters = self._event_converters
+            values = [_convert(value, converters[at], connection) for at, value in enumerate(row[steps:])]
             event = WorkflowEvent.from_db(self.using, self._event_names, values)
-            found[event.object_pk].append(event)
-        return found
+            sent[event.object_pk].append(event)
+        return found, sent
 
     def checkpoints(self, rows: list[tuple[Any, ...]]) -> dict[str, WorkflowStep]:
         """Checkpoints by name from rows of the table's columns (in field order)."""
@@ -119,15 +140,53 @@ class StepStatements:
             value = convert(value, expression, connection)
         return value
 
-    def insert(self, step: WorkflowStep) -> None:
-        """INSERT ``step`` (a new checkpoint; its pk stays None: nothing reads it by pk)."""
+    def insert(self, **given: Any) -> WorkflowStep:
+        """INSERT a new checkpoint of the columns ``given`` (the others their defaults) and
+        return it (its pk stays None: nothing reads it by pk). The instance is made as
+        ``from_db()`` makes one, from the values in field order: a run writes a checkpoint
+        per step, and ``Model(**kwargs)`` costs twice the calls for the same instance."""
+        values = list(self._defaults)
+        for name, value in given.items():
+            values[self._slots[name]] = value
+        # A None is left out: the column's default is NULL, which is what a None parameter
+        # stores (a step's wake_at, most steps' result). A parameter costs the database
+        # driver's quoting and its field's conversion; a step's checkpoint has two fewer.
+        listed = tuple(at for at, value in enumerate(values) if value is not None)
         connection = connections[self.using]
-        values = [field.get_db_prep_save(getattr(step, field.attname), connection) for field in self._written]
+        params = [self._prepare(at, values[at], connection) for at in listed]
         with connection.cursor() as cursor:
-            cursor.execute(self._insert, values)
+            cursor.execute(self._insert_of(listed), params)
+        make: Any = WorkflowStep  # its values in field order, the pk first (the stubs type keywords)
+        return cast(WorkflowStep, make(None, *values))
+
+    def _insert_of(self, listed: tuple[int, ...]) -> str:
+        """The INSERT of the written columns ``listed`` (a few shapes: built once each)."""
+        sql = self._inserts.get(listed)
+        if sql is None:
+            columns = ", ".join(self._columns[at] for at in listed)
+            marks = ", ".join(["%s"] * len(listed))
+            sql = self._inserts[listed] = f"INSERT INTO {self._table} ({columns}) VALUES ({marks})"
+        return sql
+
+    def _prepare(self, at: int, value: Any, connection: Any) -> Any:
+        """``value`` of the ``at``-th written field as a parameter (``get_db_prep_save()``,
+        as ``save()`` converts it), kept for the values that come from code (see __init__)."""
+        if at not in self._constant:
+            return self._written[at].get_db_prep_save(value, connection)
+        key = (at, value)
+        prepared = self._prepared.get(key, _MISSING)
+        if prepared is _MISSING:
+            prepared = self._written[at].get_db_prep_save(value, connection)
+            if len(self._prepared) < _KEPT:
+                self._prepared[key] = prepared
+        return prepared
 
 
 Converter = tuple[Callable[[Any, Any, Any], Any], Any]
+
+_MISSING = object()
+#: At most this many converted constants per database (labels, kinds, event names: a few).
+_KEPT = 1024
 
 
 def _converters(field: models.Field, connection: Any) -> list[Converter]:
