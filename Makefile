@@ -153,8 +153,13 @@ test-postgresql: test-postgresql-contract test-postgresql-wings
 test-sqlite: test-sqlite-contract test-sqlite-wings
 
 # (Pattern rules, so not in .PHONY: make looks for no implicit rule of a phony target.)
+# Then the claims on a second database (tests/contract/test_second_database.py), which need a
+# second alias in the settings: only there, since with it Django's own checks read it in every
+# test (tests/settings.py).
 test-%-contract: venv services
 	$(TIMED) $@ env DATABASE_URL=$(CONTRACT_URL_$*) $(PYTEST) $(CONTRACT_TESTS)
+	$(TIMED) $@-second-database env DATABASE_URL=$(CONTRACT_URL_$*) DBQUEUE_TEST_SECOND_DATABASE=1 \
+	  $(PYTEST) tests/contract/test_second_database.py
 
 test-%-wings: venv services
 	$(TIMED) $@ env DATABASE_URL=$(URL_$*) $(PYTEST) $(NOT_CONTRACT) $(WINGS_ARGS_$*)
