@@ -19,19 +19,22 @@ from django.db import OperationalError, connections
 from ..conf import settings
 from .base import QueueBackend, compiled
 from .clock import DbNow, QueueTimeField, aware, db_now_plus, read_now
-from .columns import quoted_column
+from .columns import Converter, column_converters, converted, quoted_column
 from .inserts import insert_new
 from .mysql import MySQLBackend
 from .postgresql import PostgreSQLBackend
 from .sqlite import SQLiteBackend
 
 __all__ = [
+    "Converter",
     "DbNow",
     "QueueBackend",
     "QueueTimeField",
     "aware",
     "backend_for",
+    "column_converters",
     "compiled",
+    "converted",
     "db_now_plus",
     "insert_new",
     "quoted_column",

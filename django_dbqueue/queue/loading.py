@@ -18,19 +18,19 @@ QuerySet gave it. A model whose rows a QuerySet reads from more than its own tab
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections, models
+
+from ..backends import Converter, column_converters, converted
 
 if TYPE_CHECKING:
     from .row import QueueRow
 
 #: Where the statement's key placeholders go (their number varies per claim).
 _KEYS = "<keys>"
-
-Converter = Callable[[Any, Any, Any], Any]
 
 
 class RowLoader:
@@ -46,14 +46,13 @@ class RowLoader:
         self.pk_field = opts.pk
         self.names = [field.attname for field in fields]
         self._pk_at = fields.index(self.pk_field)
-        #: (column index, its converters, the column expression they are given), for the
-        #: columns that have converters only: most rows' values go through untouched.
-        self.converters: list[tuple[int, list[Converter], Any]] = []
+        #: (column index, its converters), for the columns that have converters only: most
+        #: rows' values go through untouched.
+        self.converters: list[tuple[int, list[Converter]]] = []
         for at, field in enumerate(fields):
-            column = field.get_col(opts.db_table)
-            found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+            found = column_converters(field, connection)
             if found:
-                self.converters.append((at, found, column))
+                self.converters.append((at, found))
         table = quote(opts.db_table)
         columns = ", ".join(f"{table}.{quote(cast(str, field.column))}" for field in fields)
         token = quote(cast(str, cast(models.Field, opts.get_field("queue_token")).column))
@@ -75,11 +74,8 @@ class RowLoader:
         by_key = {}
         for fetched_row in fetched:
             values = list(fetched_row)
-            for at, found, column in converters:
-                value = values[at]
-                for convert in found:
-                    value = convert(value, column, connection)
-                values[at] = value
+            for at, found in converters:
+                values[at] = converted(values[at], found, connection)
             # Keyed by the converted key, as the claim's locking read gave the keys: the
             # claim's order comes from ``ids`` without reading each instance's ``pk`` again.
             by_key[values[self._pk_at]] = from_db(using, names, values)

@@ -17,7 +17,6 @@ the columns and their converters out again on every run.)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, cast
@@ -25,7 +24,7 @@ from typing import Any, cast
 from django.db import connections, models
 from django.db.models.sql import Query
 
-from ..backends import DbNow, quoted_column
+from ..backends import DbNow, column_converters, converted, quoted_column
 from ..states import QueueState
 from ..tables.workflow import WorkflowEvent, WorkflowStep
 
@@ -40,7 +39,7 @@ class StepStatements:
         assert fields[0].primary_key, "insert() makes its instance from the values in field order"
         self.using = using
         self._names = [field.attname for field in fields]
-        self._converters = [_converters(field, connection) for field in fields]
+        self._converters = [column_converters(field, connection) for field in fields]
         self._written = [field for field in fields if not field.primary_key]
         table = quote(WorkflowStep._meta.db_table)
         model, object_pk = (quoted_column(connection, WorkflowStep, name) for name in ("model", "object_pk"))
@@ -73,7 +72,7 @@ class StepStatements:
         # 6 rows).
         event_fields = list(WorkflowEvent._meta.concrete_fields)
         self._event_names = [field.attname for field in event_fields]
-        self._event_converters = [_converters(field, connection) for field in event_fields]
+        self._event_converters = [column_converters(field, connection) for field in event_fields]
         events = quote(WorkflowEvent._meta.db_table)
         event_model, event_object_pk = (
             quoted_column(connection, WorkflowEvent, name) for name in ("model", "object_pk")
@@ -117,7 +116,7 @@ class StepStatements:
             if row[steps] is None:
                 continue
             converters = self._event_converters
-            values = [_convert(value, converters[at], connection) for at, value in enumerate(row[steps:])]
+            values = [converted(value, converters[at], connection) for at, value in enumerate(row[steps:])]
             event = WorkflowEvent.from_db(self.using, self._event_names, values)
             sent[event.object_pk].append(event)
         return found, sent
@@ -131,14 +130,9 @@ class StepStatements:
         connection = connections[self.using]
         steps = []
         for row in rows:
-            values = [self._convert(value, at, connection) for at, value in enumerate(row)]
+            values = [converted(value, self._converters[at], connection) for at, value in enumerate(row)]
             steps.append(WorkflowStep.from_db(self.using, self._names, values))
         return steps
-
-    def _convert(self, value: Any, at: int, connection: Any) -> Any:
-        for convert, expression in self._converters[at]:
-            value = convert(value, expression, connection)
-        return value
 
     def insert(self, **given: Any) -> WorkflowStep:
         """INSERT a new checkpoint of the columns ``given`` (the others their defaults) and
@@ -182,19 +176,9 @@ class StepStatements:
         return prepared
 
 
-Converter = tuple[Callable[[Any, Any, Any], Any], Any]
-
 _MISSING = object()
 #: At most this many converted constants per database (labels, kinds, event names: a few).
 _KEPT = 1024
-
-
-def _converters(field: models.Field, connection: Any) -> list[Converter]:
-    """What the ORM applies to ``field``'s column as it comes back (the compiler's order: the
-    backend's converters, then the field's), each with the column expression it is given."""
-    column = field.get_col(field.model._meta.db_table)
-    found = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-    return [(convert, column) for convert in found]
 
 
 @cache
@@ -231,7 +215,7 @@ class HoldStatement:
         self._steps = len(WorkflowStep._meta.concrete_fields)
         event_fields = list(WorkflowEvent._meta.concrete_fields)
         self._event_names = [field.attname for field in event_fields]
-        self._event_converters = [_converters(field, connection) for field in event_fields]
+        self._event_converters = [column_converters(field, connection) for field in event_fields]
         every = ", ".join(
             [f"{steps}.{quote(cast(str, field.column))}" for field in WorkflowStep._meta.concrete_fields]
             + [f"{events}.{quote(cast(str, field.column))}" for field in event_fields]
@@ -267,7 +251,7 @@ class HoldStatement:
         events = []
         for at in sorted(event_rows):
             values = [
-                _convert(value, self._event_converters[index], connection)
+                converted(value, self._event_converters[index], connection)
                 for index, value in enumerate(event_rows[at])
             ]
             events.append(WorkflowEvent.from_db(self.using, self._event_names, values))
@@ -284,12 +268,6 @@ class Held:
     #: Read behind the row's lock (no send can add one before the run commits), or before
     #: it (a claim's preload: one may come in between, which a wait's park looks for).
     locked: bool = True
-
-
-def _convert(value: Any, converters: list[Converter], connection: Any) -> Any:
-    for convert, expression in converters:
-        value = convert(value, expression, connection)
-    return value
 
 
 @lru_cache(maxsize=256)
