@@ -25,12 +25,10 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db import connections, models
 
 from ..backends import Converter, column_converters, converted
+from .statements import KEYS, statements
 
 if TYPE_CHECKING:
     from .row import QueueRow
-
-#: Where the statement's key placeholders go (their number varies per claim).
-_KEYS = "<keys>"
 
 
 class RowLoader:
@@ -55,9 +53,8 @@ class RowLoader:
                 self.converters.append((at, found))
         table = quote(opts.db_table)
         columns = ", ".join(f"{table}.{quote(cast(str, field.column))}" for field in fields)
-        token = quote(cast(str, cast(models.Field, opts.get_field("queue_token")).column))
-        pk = quote(cast(str, self.pk_field.column))
-        self._sql = f"SELECT {columns} FROM {table} WHERE {pk} IN ({_KEYS}) AND {token} = %s"
+        # The engine's fence: the claim's keys that still carry its token.
+        self._sql = f"SELECT {columns} FROM {table} {statements(model, using).where}"
 
     def load(self, ids: Sequence[Any], token: int) -> list[Any]:
         """The rows of ``ids`` that carry ``token``, as instances in the order of ``ids``; a
@@ -68,7 +65,7 @@ class RowLoader:
         prep = self.pk_field.get_db_prep_value
         keys = [prep(pk, connection) for pk in ids]
         with connection.cursor() as cursor:
-            cursor.execute(self._sql.replace(_KEYS, ", ".join(["%s"] * len(keys))), [*keys, token])
+            cursor.execute(self._sql.replace(KEYS, ", ".join(["%s"] * len(keys))), [*keys, token])
             fetched = cursor.fetchall()
         from_db, using, names, converters = self.model.from_db, self.using, self.names, self.converters
         by_key = {}

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from .row import QueueRow
 
 
-#: Where a statement's key placeholders go.
-_KEYS = "<keys>"
+#: Where a statement's key placeholders go (their number varies per call): replaced by one
+#: ``%s`` per key (the claim's row loader builds its SELECT on the same fence).
+KEYS = "<keys>"
 
 
 class Statements:
@@ -51,14 +52,15 @@ class Statements:
             column("queue_token"),
         )
         # The keys' placeholders are put in per call (their number varies); the rest is fixed.
-        self._where = f"WHERE {pk} IN ({_KEYS}) AND {token} = %s"
+        #: The fence: the rows of the keys (:data:`KEYS`) that carry the claim's token.
+        self.where = f"WHERE {pk} IN ({KEYS}) AND {token} = %s"
         # SQLite has no row locks: its transaction holds the database's one write lock.
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-        self._lock = f"SELECT {pk} FROM {table} {self._where}{lock}"
+        self._lock = f"SELECT {pk} FROM {table} {self.where}{lock}"
         self._succeed = (
             f"UPDATE {table} SET {column('queue_state')} = %s, {token} = %s, "
             f"{column('queue_finished_at')} = %s, {column('queue_locked_until')} = NULL, "
-            f"{column('queue_last_error')} = %s {self._where}"
+            f"{column('queue_last_error')} = %s {self.where}"
         )
 
     def _keys(self, ids: Sequence[Any], connection: Any = None) -> tuple[str, list[Any]]:
@@ -72,7 +74,7 @@ class Statements:
         """``SELECT pk … FOR UPDATE`` of the rows of ``ids`` that ``claim`` still holds."""
         marks, keys = self._keys(ids)
         with connections[self.using].cursor() as cursor:
-            cursor.execute(self._lock.replace(_KEYS, marks), [*keys, claim.token])
+            cursor.execute(self._lock.replace(KEYS, marks), [*keys, claim.token])
             found = [row[0] for row in cursor.fetchall()]
         # The database's spelling of a key (a UUID's hex on MySQL) back to the instances'.
         by_db = dict(zip(keys, ids, strict=True))
@@ -85,7 +87,7 @@ class Statements:
         when = self._finished.get_db_prep_value(finished_at, connection)
         with connection.cursor() as cursor:
             cursor.execute(
-                self._succeed.replace(_KEYS, marks),
+                self._succeed.replace(KEYS, marks),
                 [str(QueueState.SUCCEEDED), -claim.token, when, "", *keys, claim.token],
             )
             return cursor.rowcount
