@@ -73,6 +73,11 @@ class QueueBackend:
     #: (:attr:`locking_ctes`), MariaDB by a ``UNION ALL`` of parenthesised SELECTs.
     locking_union = False
 
+    #: A list of primary keys binds as one array parameter (PostgreSQL):
+    #: :meth:`with_pk_array` narrows rows to it, one statement's text for any number of keys,
+    #: built once (the fair claim's lock of the rows it chose). Elsewhere, :meth:`with_pks`.
+    pk_array = False
+
     def __init__(self, alias: str) -> None:
         self.alias = alias
 
@@ -168,6 +173,12 @@ class QueueBackend:
         """``rows`` (a QuerySet) narrowed to the primary keys ``pks``: the fair claim locks the
         rows it chose so. One parameter per key here (``pk IN (…)``)."""
         return rows.filter(pk__in=pks)
+
+    def with_pk_array(self, rows: Any, array: Any) -> Any:
+        """``rows`` narrowed to the primary keys of ``array``, one parameter (a list of keys
+        prepared for the database, or a marker a cached statement fills with one): only
+        where :attr:`pk_array` says so."""
+        raise NotImplementedError(f"{self.vendor} binds no array parameter")
 
     # -- errors ----------------------------------------------------------------------------
 

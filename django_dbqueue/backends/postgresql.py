@@ -11,7 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
-from django.db.models import Value
+from django.db.models import BooleanField, F, Func, Value
 from django.db.models.expressions import RawSQL
 
 from .base import QueueBackend, SqlParams, compiled, run_quietly
@@ -36,11 +36,27 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
+class EqualsAny(Func):
+    """``column = ANY(array)``, a condition for ``filter()`` (Django has no lookup for it
+    outside ``django.contrib.postgres``, which a project need not install)."""
+
+    output_field = BooleanField()
+
+    def as_sql(
+        self, compiler: Any, connection: Any, *args: Any, **extra_context: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        column, array = self.get_source_expressions()
+        column_sql, column_params = compiler.compile(column)
+        array_sql, array_params = compiler.compile(array)
+        return f"{column_sql} = ANY({array_sql})", (*column_params, *array_params)
+
+
 class PostgreSQLBackend(QueueBackend):
     vendor = "postgresql"
     can_notify = True
     locking_ctes = True
     locking_union = True
+    pk_array = True
 
     def fair_walk_sql(
         self,
@@ -147,11 +163,19 @@ class PostgreSQLBackend(QueueBackend):
         return f"{seen}, {locked}", (label, label)
 
     def with_pks(self, rows: Any, pks: list[Any]) -> Any:
-        """The keys as one array parameter (``pk IN (SELECT unnest(%s))``): psycopg converts a
-        statement of more than 50 parameters anew on every run (its cache holds only smaller
-        ones), about 0.5 ms of a fair claim's CPU for a batch of 100."""
+        """The keys as one array parameter (:meth:`with_pk_array`): psycopg converts a statement
+        of more than 50 parameters anew on every run (its cache holds only smaller ones),
+        about 0.5 ms of a fair claim's CPU for a batch of 100."""
         prep = rows.model._meta.pk.get_db_prep_value
-        return rows.filter(pk__in=RawSQL("SELECT unnest(%s)", ([prep(pk, self.connection) for pk in pks],)))
+        return self.with_pk_array(rows, [prep(pk, self.connection) for pk in pks])
+
+    def with_pk_array(self, rows: Any, array: Any) -> Any:
+        """``pk = ANY(%s)``. Not ``pk IN (SELECT unnest(%s))``: the planner guesses a
+        set-returning function's rows and, on a table of some thousands of rows, hashed them
+        against a sequential scan of the whole table (2.2 ms of a fair claim's lock at 12,500
+        rows, growing with the table, against 0.2 ms); ``= ANY`` of a bound array is an index
+        scan of the primary key."""
+        return rows.filter(EqualsAny(F("pk"), Value(array)))
 
     def error_group(self, column: str) -> Any:
         return masked_last_line(column, word_boundary=r"\y", every=(Value("g"),))

@@ -72,15 +72,28 @@ class Statement:
 _statements: dict[tuple[Any, ...], Statement] = {}
 
 
+#: Where :func:`filters_of` keeps its answer on the QuerySet it was asked about.
+_FILTERS = "_dbqueue_statement_filters"
+_UNKNOWN = object()
+
+
 def filters_of(qs: models.QuerySet) -> tuple[Any, ...] | None:
     """What a statement built from ``qs`` depends on besides its model and database: the
     claim's own filters, compiled (one small compile per claim, against one per statement).
-    None when their parameters cannot be a dictionary key: then nothing is cached."""
-    found = (qs.model, qs.db, *compiled(qs.order_by().values("pk")))
+    None when their parameters cannot be a dictionary key: then nothing is cached.
+
+    Kept on ``qs`` itself: a fair claim asks for its walks and for its rows' lock, and the
+    QuerySet does not change meanwhile (``filter()`` and the like return new ones, without
+    it); the second compile cost a claim of 100 rows about 0.3 ms."""
+    known = qs.__dict__.get(_FILTERS, _UNKNOWN)
+    if known is not _UNKNOWN:
+        return known
+    found: tuple[Any, ...] | None = (qs.model, qs.db, *compiled(qs.order_by().values("pk")))
     try:
         hash(found)
     except TypeError:
-        return None
+        found = None
+    qs.__dict__[_FILTERS] = found
     return found
 
 

@@ -135,20 +135,31 @@ def locking_ctes(model: type[models.Model], using: str, key: str) -> tuple[str, 
     return backend_for(using).fair_turn_ctes(table, label, last_key, model._meta.label, _key_type(model, key))
 
 
+def turn_text(last: Any) -> str:
+    """Key ``last`` as the turn's row stores it."""
+    return str(last)[:255]
+
+
 def move(model: type[models.Model], using: str, last: Any) -> tuple[str, tuple[Any, ...]] | None:
     """:func:`served`'s UPDATE as a statement to send with another (the rows' lock, which a
     claim holding the turn sends anyway); None for a None key, which moves nothing. The
     turn's row exists: the claim holds its lock."""
     if last is None:
         return None
-    return _statements(using)[1], (str(last)[:255], model._meta.label)
+    return move_to(model, using, turn_text(last))
+
+
+def move_to(model: type[models.Model], using: str, text: Any) -> tuple[str, tuple[Any, ...]]:
+    """:func:`move`'s statement to the stored key ``text`` (or a marker a cached statement
+    fills with it)."""
+    return _statements(using)[1], (text, model._meta.label)
 
 
 def served(model: type[models.Model], using: str, last: Any) -> None:
     """Move the turn past ``last``, the last key a claim took (a None key moves nothing)."""
     if last is None:
         return
-    text = str(last)[:255]
+    text = turn_text(last)
     with connections[using].cursor() as cursor:
         cursor.execute(_statements(using)[1], [text, model._meta.label])
         moved = cursor.rowcount

@@ -190,3 +190,32 @@ def test_aged_rows_that_fill_the_batch_leave_the_rest_ready_for_the_next_claim()
     assert AgedJob.objects.filter(queue_state=QueueState.READY).count() == 5
     second = AgedJob.objects.claim(3)
     assert [row.pk for row in second] == [old[3].pk, fresh[0].pk, fresh[1].pk]
+
+
+def test_the_lock_of_chosen_rows_is_one_text_read_by_primary_key(unweighted: None) -> None:
+    """PostgreSQL: the rows a fair claim chose are locked by ``pk = ANY(array)``, one
+    statement text for any batch (built once), which the planner reads through the primary
+    key. ``pk IN (SELECT unnest(array))`` was planned as a hash join against a sequential scan
+    of the whole table at some thousands of rows (2.2 ms of a 12 ms claim at 12,500 rows)."""
+    if not backend_for("default").pk_array:
+        pytest.skip("one parameter per key here (pk IN (...)), planned by the index")
+    FairJob.objects.bulk_create([FairJob(customer=f"c{n:05}") for n in range(5000)])
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {FairJob._meta.db_table}")
+    sent: list[tuple[str, Any]] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        sent.append((sql, params))
+        return execute(sql, params, many, context)
+
+    FairJob.objects.claim(10)  # the model's first claim creates its turn
+    with connection.execute_wrapper(capture):
+        for batch in (30, 50):
+            assert len(FairJob.objects.claim(batch)) == batch
+    locks = [(sql, params) for sql, params in sent if "= ANY(" in sql]
+    assert len(locks) == 2 and locks[0][0] == locks[1][0], [sql for sql, _ in sent]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {locks[1][0]}", locks[1][1])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan on testapp_fairjob" not in plan, plan
+    assert "testapp_fairjob_pkey" in plan, plan
