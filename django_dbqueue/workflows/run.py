@@ -32,6 +32,7 @@ from ..queue.lease import as_timedelta
 from ..tables.workflow import WorkflowStep
 from . import checkpoints, events
 from .progress import Progress
+from .statements import step_statements
 
 if TYPE_CHECKING:
     from ..queue.row import QueueRow
@@ -71,7 +72,9 @@ class Workflow:
         #: Atomic mode: this run finished a new step (the next one is the next run's).
         self.stepped = False
         self._counts: dict[str, int] = {}
-        self._progress = Progress(row, self.claim)
+        #: Made by the first progress() call: most runs report none, and write none.
+        self._progress: Progress | None = None
+        self.label, self.object_pk = row._meta.label, str(row.pk)  # the row in the checkpoints
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -93,8 +96,11 @@ class Workflow:
                 result = run_step(self.row, name, _stored, name, fn, args, kwargs)
         else:  # no span to open: none of a context manager's calls
             result = run_step(self.row, name, _stored, name, fn, args, kwargs)
-        with checkpoints.writing(self.row, self.using):
-            self._write(name, WorkflowStep.STEP, started, result=result, finished_at=self.claim.now())
+        if self.atomic:  # the worker's transaction holds the row: no block to enter (writing())
+            self._write_step(name, started, result)
+        else:
+            with checkpoints.writing(self.row, self.using):
+                self._write_step(name, started, result)
         self.stepped = True
         return result
 
@@ -169,11 +175,14 @@ class Workflow:
         """Say how far the workflow is (``fraction`` from 0 to 1, and a short ``message``),
         from anywhere in the method or its steps. Throttled: written at most once a second,
         at 1.0, and when the run ends; the admin shows the last value written."""
+        if self._progress is None:
+            self._progress = Progress(self.row, self.claim)
         self._progress.report(fraction, message)
 
     def end_of_run(self) -> None:
         """The run ends (returned or parked): write the progress not written yet."""
-        self._progress.flush()
+        if self._progress is not None:
+            self._progress.flush()
 
     # -- checkpoints -----------------------------------------------------------------------------
 
@@ -205,6 +214,13 @@ class Workflow:
         )
         self.done[name] = checkpoint
         return checkpoint
+
+    def _write_step(self, name: str, started: datetime, result: Any) -> None:
+        """A finished step's checkpoint (statements.py, ``insert_step``: the INSERT every run
+        writes, its SQL and constant parameters made once)."""
+        self.done[name] = step_statements(self.using).insert_step(
+            self.label, self.object_pk, name, len(self.done) + 1, started, self.claim.now(), result
+        )
 
     def _finish(self, checkpoint: WorkflowStep, **values: Any) -> None:
         values["finished_at"] = self.claim.now()

@@ -18,6 +18,7 @@ the columns and their converters out again on every run.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache, lru_cache
 from typing import Any, cast
 
@@ -65,6 +66,14 @@ class StepStatements:
         code = ("model", "name", "kind", "position", "event", "timed_out")
         self._constant = {at for at, field in enumerate(self._written) if field.name in code}
         self._prepared: dict[tuple[int, Any], Any] = {}
+        #: A step checkpoint's INSERT by model, name, position and whether it has a result.
+        self._shapes: dict[tuple[str, str, int, bool], _StepShape] = {}
+        self._object_pk, self._started, self._finished, self._result = (
+            cast(models.Field, WorkflowStep._meta.get_field(name))
+            for name in ("object_pk", "started_at", "finished_at", "result")
+        )
+        #: Where each field's value stands in an instance's values (the pk first).
+        self._value_at = {field.attname: at for at, field in enumerate(fields)}
         # A claim's preload reads its rows' checkpoints and their events in one statement (a
         # UNION ALL: each side's columns NULL on the other's rows), where it was two round
         # trips; built once, as through the ORM each read went through the query compiler
@@ -153,6 +162,46 @@ class StepStatements:
         make: Any = WorkflowStep  # its values in field order, the pk first (the stubs type keywords)
         return cast(WorkflowStep, make(None, *values))
 
+    def insert_step(
+        self,
+        model: str,
+        object_pk: str,
+        name: str,
+        position: int,
+        started_at: datetime,
+        finished_at: datetime,
+        result: Any,
+    ) -> WorkflowStep:
+        """:meth:`insert` of a finished step's checkpoint, the one every workflow run writes:
+        its statement and the parameters that come from code (the model's label, the step's
+        name and position, the kind's and the defaults') made once per shape
+        (:class:`_StepShape`); only the row's key, the two times and a result are converted
+        per run, the key and the times as prepared values (``get_db_prep_value(prepared=True)``:
+        a string, and aware datetimes of the claim's clock, which ``get_prep_value()`` would
+        give back as they are)."""
+        shape_key = (model, name, position, result is None)
+        shape = self._shapes.get(shape_key)
+        if shape is None:
+            shape = _StepShape(self, model, name, position, with_result=result is not None)
+            if len(self._shapes) < _KEPT:
+                self._shapes[shape_key] = shape
+        connection = connections[self.using]
+        params = list(shape.params)
+        params[shape.object_pk] = self._object_pk.get_db_prep_value(object_pk, connection, prepared=True)
+        params[shape.started_at] = self._started.get_db_prep_value(started_at, connection, prepared=True)
+        params[shape.finished_at] = self._finished.get_db_prep_value(finished_at, connection, prepared=True)
+        if shape.result is not None:
+            params[shape.result] = self._result.get_db_prep_save(result, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(shape.sql, params)
+        values = list(shape.values)
+        values[self._value_at["object_pk"]] = object_pk
+        values[self._value_at["started_at"]] = started_at
+        values[self._value_at["finished_at"]] = finished_at
+        values[self._value_at["result"]] = result
+        make: Any = WorkflowStep  # as insert() makes it
+        return cast(WorkflowStep, make(*values))
+
     def _insert_of(self, listed: tuple[int, ...]) -> str:
         """The INSERT of the written columns ``listed`` (a few shapes: built once each)."""
         sql = self._inserts.get(listed)
@@ -174,6 +223,38 @@ class StepStatements:
             if len(self._prepared) < _KEPT:
                 self._prepared[key] = prepared
         return prepared
+
+
+class _StepShape:
+    """A step checkpoint's INSERT for one model, step name and position, with or without a
+    result (:meth:`StepStatements.insert_step`): its SQL, its parameters with those that come
+    from code converted (the others' places noted), and the instance's values in field order."""
+
+    def __init__(
+        self, statements: StepStatements, model: str, name: str, position: int, with_result: bool
+    ) -> None:
+        values = list(statements._defaults)
+        given = {"model": model, "name": name, "kind": WorkflowStep.STEP, "position": position}
+        for field, value in given.items():
+            values[statements._slots[field]] = value
+        # Placeholders (not None, so insert()'s rule of a None left out keeps their columns).
+        per_run = ["object_pk", "started_at", "finished_at"] + (["result"] if with_result else [])
+        for field in per_run:
+            values[statements._slots[field]] = _MISSING
+        listed = tuple(at for at, value in enumerate(values) if value is not None)
+        connection = connections[statements.using]
+        self.sql = statements._insert_of(listed)
+        self.params = tuple(
+            None if values[at] is _MISSING else statements._prepare(at, values[at], connection)
+            for at in listed
+        )
+        where = {at: index for index, at in enumerate(listed)}
+        self.object_pk = where[statements._slots["object_pk"]]
+        self.started_at = where[statements._slots["started_at"]]
+        self.finished_at = where[statements._slots["finished_at"]]
+        self.result = where[statements._slots["result"]] if with_result else None
+        # The instance's values: the pk first (None: nothing reads it by pk), then the fields'.
+        self.values = (None, *(None if value is _MISSING else value for value in values))
 
 
 _MISSING = object()

@@ -59,3 +59,35 @@ def test_a_one_step_workflow_run_sends_an_atomic_jobs_statements_and_its_checkpo
         }
     assert AtomicWorkflow.objects.filter(queue_state="succeeded").count() == ROWS
     assert WorkflowStep.objects.count() == ROWS
+
+
+@pytest.mark.parametrize("result", [None, {"stock": [1, 2]}, False])
+def test_a_steps_checkpoint_is_the_row_and_instance_the_generic_insert_makes(result: object) -> None:
+    """``insert_step()`` (the statement and constants made once per shape) stores and returns
+    what ``insert()`` (every column named per call) does for the same step."""
+    from datetime import datetime, timedelta, timezone
+
+    from django_dbqueue.workflows.statements import step_statements
+
+    statements = step_statements(connection.alias)
+    started = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+    finished = started + timedelta(seconds=1)
+    step = {"model": "testapp.AtomicWorkflow", "name": "reserve", "position": 2, "result": result}
+    generic = statements.insert(
+        object_pk="1", kind=WorkflowStep.STEP, started_at=started, finished_at=finished, **step
+    )
+    fields = [
+        field.attname
+        for field in WorkflowStep._meta.concrete_fields
+        if field.attname not in ("id", "object_pk")
+    ]
+    for object_pk in ("2", "3"):  # the shape made, then reused
+        made = statements.insert_step(object_pk=object_pk, started_at=started, finished_at=finished, **step)
+        assert made.object_pk == object_pk and made.pk is None
+        assert {field: getattr(made, field) for field in fields} == {
+            field: getattr(generic, field) for field in fields
+        }
+    stored = {
+        row["object_pk"]: {field: row[field] for field in fields} for row in WorkflowStep.objects.values()
+    }
+    assert stored["2"] == stored["1"] and stored["3"] == stored["1"]
