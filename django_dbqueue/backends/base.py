@@ -180,6 +180,11 @@ class QueueBackend:
         where :attr:`pk_array` says so."""
         raise NotImplementedError(f"{self.vendor} binds no array parameter")
 
+    def with_array(self, rows: Any, name: str, array: Any) -> Any:
+        """``rows`` whose field ``name`` is one of ``array``'s values, one parameter (as
+        :meth:`with_pk_array`; flow control's slot and RUNNING reads by key)."""
+        raise NotImplementedError(f"{self.vendor} binds no array parameter")
+
     # -- errors ----------------------------------------------------------------------------
 
     def is_lock_conflict(self, exc: BaseException) -> bool:
