@@ -78,6 +78,10 @@ class QueueBackend:
     #: built once (the fair claim's lock of the rows it chose). Elsewhere, :meth:`with_pks`.
     pk_array = False
 
+    #: Flow control's full keys are left out of a claim by subqueries of its locking SELECT
+    #: (PostgreSQL: a round trip cost a claim more than the read); elsewhere, read first.
+    full_keys_in_claim = False
+
     def __init__(self, alias: str) -> None:
         self.alias = alias
 

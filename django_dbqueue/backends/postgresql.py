@@ -57,6 +57,7 @@ class PostgreSQLBackend(QueueBackend):
     locking_ctes = True
     locking_union = True
     pk_array = True
+    full_keys_in_claim = True
 
     def fair_walk_sql(
         self,
