@@ -187,18 +187,18 @@ class Gate:
         return self.admit(locked_candidates(qs, limit, (self.limits.key,)))
 
     def _without_full(self, qs: Any) -> Any:
-        """``qs`` less the full keys, read by subqueries of the locking SELECT itself: one
-        round trip less per limit, which on PostgreSQL cost a claim more than the read. Only
-        a pre-filter (:meth:`admit` decides under the slots' locks), so reading it a moment
-        earlier changes nothing. A rate-spent key is matched by its stored text, so only for
-        a text key; other keys' are read apart, as :meth:`full_keys`."""
+        """``qs`` less the full keys, the concurrency limit's by a subquery of the locking
+        SELECT itself: one round trip less, which on PostgreSQL cost a claim more than the
+        read. Only a pre-filter (:meth:`admit` decides under the slots' locks), so reading it
+        inside the SELECT changes nothing exact. The rate-spent keys are still read first: as
+        a subquery (``NOT IN`` the spent slots' text) the planner guessed few READY rows left
+        and sorted all of them instead of reading the claim index in order (EXPLAIN: 10,000
+        rows read and sorted for a batch of 100; the rate-limit claim 0.51x the plain one)."""
         key = self.limits.key
         if self.limits.concurrency is not None:
             qs = qs.exclude(**{f"{key}__in": self._full_by_running()})
         if self.limits.rate is None or self.limits.period is None:
             return qs
-        if self.model._meta.get_field(key).get_internal_type() in ("CharField", "TextField"):
-            return qs.exclude(**{f"{key}__in": self._spent_keys()})
         spent = self._spent_by_text()
         return qs.exclude(**{f"{key}__in": spent}) if spent else qs
 
