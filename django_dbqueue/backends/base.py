@@ -78,6 +78,10 @@ class QueueBackend:
     #: built once (the fair claim's lock of the rows it chose). Elsewhere, :meth:`with_pks`.
     pk_array = False
 
+    #: Flow control's full keys are left out of a claim by subqueries of its locking SELECT
+    #: (PostgreSQL: a round trip cost a claim more than the read); elsewhere, read first.
+    full_keys_in_claim = False
+
     def __init__(self, alias: str) -> None:
         self.alias = alias
 
@@ -178,6 +182,11 @@ class QueueBackend:
         """``rows`` narrowed to the primary keys of ``array``, one parameter (a list of keys
         prepared for the database, or a marker a cached statement fills with one): only
         where :attr:`pk_array` says so."""
+        raise NotImplementedError(f"{self.vendor} binds no array parameter")
+
+    def with_array(self, rows: Any, name: str, array: Any) -> Any:
+        """``rows`` whose field ``name`` is one of ``array``'s values, one parameter (as
+        :meth:`with_pk_array`; flow control's slot and RUNNING reads by key)."""
         raise NotImplementedError(f"{self.vendor} binds no array parameter")
 
     # -- errors ----------------------------------------------------------------------------

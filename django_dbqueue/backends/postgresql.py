@@ -57,6 +57,7 @@ class PostgreSQLBackend(QueueBackend):
     locking_ctes = True
     locking_union = True
     pk_array = True
+    full_keys_in_claim = True
 
     def fair_walk_sql(
         self,
@@ -175,7 +176,10 @@ class PostgreSQLBackend(QueueBackend):
         against a sequential scan of the whole table (2.2 ms of a fair claim's lock at 12,500
         rows, growing with the table, against 0.2 ms); ``= ANY`` of a bound array is an index
         scan of the primary key."""
-        return rows.filter(EqualsAny(F("pk"), Value(array)))
+        return self.with_array(rows, "pk", array)
+
+    def with_array(self, rows: Any, name: str, array: Any) -> Any:
+        return rows.filter(EqualsAny(F(name), Value(array)))
 
     def error_group(self, column: str) -> Any:
         return masked_last_line(column, word_boundary=r"\y", every=(Value("g"),))

@@ -169,6 +169,17 @@ def test_concurrency_limit_per_key_in_one_claim() -> None:
     assert [j.customer for j in again] == ["a"]
 
 
+@pytest.mark.parametrize(("model", "first"), [(LimitedJob, 2), (RatedJob, 5)])
+def test_a_full_key_does_not_fill_a_batch(model, first) -> None:
+    """The locking SELECT leaves out the rows of keys at their limit (and only those: not the
+    rows without a key). Were they locked first, ``claim(2)`` would lock two rows of the full
+    key, put both back and return nothing."""
+    full = [model(customer="a", queue_priority=5) for _ in range(first + 2)]
+    model.objects.bulk_create([*full, model(customer=None), model(customer="b")])
+    assert [j.customer for j in model.objects.claim(first)] == ["a"] * first
+    assert sorted(str(j.customer) for j in model.objects.claim(2)) == ["None", "b"]
+
+
 @pytest.mark.databases("postgresql", reason="PostgreSQL's backend sets how RUNNING rows are counted")
 def test_a_workers_limited_claim_counts_running_rows_by_index_scan_on_postgresql() -> None:
     """A bitmap scan of the RUNNING rows reads every row that was RUNNING since the last
