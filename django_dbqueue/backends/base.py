@@ -73,10 +73,11 @@ class QueueBackend:
     #: (:attr:`locking_ctes`), MariaDB by a ``UNION ALL`` of parenthesised SELECTs.
     locking_union = False
 
-    #: A list of primary keys binds as one array parameter (PostgreSQL):
-    #: :meth:`with_pk_array` narrows rows to it, one statement's text for any number of keys,
-    #: built once (the fair claim's lock of the rows it chose). Elsewhere, :meth:`with_pks`.
-    pk_array = False
+    #: A list of values binds as one array parameter (PostgreSQL): :meth:`with_array` narrows
+    #: rows to it, one statement's text for any number of values, built once (the fair
+    #: claim's lock of the rows it chose, flow control's slot and RUNNING reads). Elsewhere,
+    #: one parameter per value (:meth:`with_pks`, ``__in``).
+    binds_arrays = False
 
     #: Flow control's full keys are left out of a claim by subqueries of its locking SELECT
     #: (PostgreSQL: a round trip cost a claim more than the read); elsewhere, read first.
@@ -178,15 +179,10 @@ class QueueBackend:
         rows it chose so. One parameter per key here (``pk IN (…)``)."""
         return rows.filter(pk__in=pks)
 
-    def with_pk_array(self, rows: Any, array: Any) -> Any:
-        """``rows`` narrowed to the primary keys of ``array``, one parameter (a list of keys
-        prepared for the database, or a marker a cached statement fills with one): only
-        where :attr:`pk_array` says so."""
-        raise NotImplementedError(f"{self.vendor} binds no array parameter")
-
     def with_array(self, rows: Any, name: str, array: Any) -> Any:
-        """``rows`` whose field ``name`` is one of ``array``'s values, one parameter (as
-        :meth:`with_pk_array`; flow control's slot and RUNNING reads by key)."""
+        """``rows`` whose field ``name`` (``"pk"`` too) is one of ``array``'s values, one
+        parameter (a list of values prepared for the database, or a marker a cached statement
+        fills with one): only where :attr:`binds_arrays` says so."""
         raise NotImplementedError(f"{self.vendor} binds no array parameter")
 
     # -- errors ----------------------------------------------------------------------------

@@ -56,7 +56,7 @@ class PostgreSQLBackend(QueueBackend):
     can_notify = True
     locking_ctes = True
     locking_union = True
-    pk_array = True
+    binds_arrays = True
     full_keys_in_claim = True
 
     def fair_walk_sql(
@@ -164,21 +164,18 @@ class PostgreSQLBackend(QueueBackend):
         return f"{seen}, {locked}", (label, label)
 
     def with_pks(self, rows: Any, pks: list[Any]) -> Any:
-        """The keys as one array parameter (:meth:`with_pk_array`): psycopg converts a statement
+        """The keys as one array parameter (:meth:`with_array`): psycopg converts a statement
         of more than 50 parameters anew on every run (its cache holds only smaller ones),
         about 0.5 ms of a fair claim's CPU for a batch of 100."""
         prep = rows.model._meta.pk.get_db_prep_value
-        return self.with_pk_array(rows, [prep(pk, self.connection) for pk in pks])
+        return self.with_array(rows, "pk", [prep(pk, self.connection) for pk in pks])
 
-    def with_pk_array(self, rows: Any, array: Any) -> Any:
-        """``pk = ANY(%s)``. Not ``pk IN (SELECT unnest(%s))``: the planner guesses a
+    def with_array(self, rows: Any, name: str, array: Any) -> Any:
+        """``name = ANY(%s)``. Not ``name IN (SELECT unnest(%s))``: the planner guesses a
         set-returning function's rows and, on a table of some thousands of rows, hashed them
         against a sequential scan of the whole table (2.2 ms of a fair claim's lock at 12,500
         rows, growing with the table, against 0.2 ms); ``= ANY`` of a bound array is an index
-        scan of the primary key."""
-        return self.with_array(rows, "pk", array)
-
-    def with_array(self, rows: Any, name: str, array: Any) -> Any:
+        scan."""
         return rows.filter(EqualsAny(F(name), Value(array)))
 
     def error_group(self, column: str) -> Any:

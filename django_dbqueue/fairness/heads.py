@@ -68,6 +68,13 @@ class Statement:
     def filled(self, values: dict[Any, Any]) -> list[Any]:
         return [values[p.name] if isinstance(p, Marker) else p for p in self.params]
 
+    def fetch(self, using: str, values: dict[Any, Any]) -> list[tuple[Any, ...]]:
+        """The rows of this statement run on database ``using`` with ``values`` filled in
+        (through Django's cursor; the driver's types, no converters)."""
+        with connections[using].cursor() as cursor:
+            cursor.execute(self.sql, self.filled(values))
+            return [tuple(row) for row in cursor.fetchall()]
+
 
 _statements: dict[tuple[Any, ...], Statement] = {}
 
@@ -227,9 +234,7 @@ class Walker:
             if segment.bound is not TURN_IN_STATEMENT:
                 values["bound", number] = self.field.get_db_prep_value(segment.bound, connection)
             values["after", number] = self.field.get_db_prep_value(segment.after, connection)
-        with connection.cursor() as cursor:
-            cursor.execute(statement.sql, statement.filled(values))
-            found = cursor.fetchall()
+        found = statement.fetch(self.qs.db, values)
         walked: list[list[tuple[Any, Row | None]]] = [[] for _ in segments]
         read = [0] * len(segments)
         held: dict[Any, int] = {}

@@ -69,7 +69,7 @@ def _aged_first(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> 
         # Built once per model, database, claim filters and batch size: compiling its two
         # SELECTs on every claim cost more CPU than the plain claim's one.
         statement = heads.cached(heads.filters_of(qs), ("aging", bound, limit), build)
-        return _run(qs.db, (statement.sql, tuple(statement.filled({}))))
+        return statement.fetch(qs.db, {})
     taken = list(_locking(aged, also)[:limit])
     if len(taken) < limit:
         rest = qs.exclude(pk__in=[row[0] for row in taken]) if taken else qs
@@ -179,7 +179,7 @@ def _lock_rows(qs: Any, chunk: list[Any], also: tuple[str, ...], move_past: Any)
     """The rows of ``chunk`` still due, locked (``SKIP LOCKED``); and, when ``move_past`` is
     not None, the turn moved past that key in the same statement (:attr:`locking_ctes`)."""
     backend = backend_for(qs.db)
-    if backend.pk_array and not also:
+    if backend.binds_arrays and not also:
         # One text for any batch (the keys one array parameter), built once per model,
         # database and claim filters: compiling the QuerySet on every claim cost a fair claim
         # of 100 rows about 1 ms of CPU.
@@ -187,7 +187,7 @@ def _lock_rows(qs: Any, chunk: list[Any], also: tuple[str, ...], move_past: Any)
         statement = heads.cached(heads.filters_of(qs), shape, lambda: _array_lock(qs, move_past))
         prep, connection = qs.model._meta.pk.get_db_prep_value, connections[qs.db]
         values = {"pks": [prep(pk, connection) for pk in chunk], "turn": rotation.turn_text(move_past)}
-        return _run(qs.db, (statement.sql, tuple(statement.filled(values))))
+        return statement.fetch(qs.db, values)
     chosen = _locking(backend.with_pks(qs.ready(), chunk).order_by(), also)
     write = rotation.move(qs.model, qs.db, move_past)
     if write is None:
@@ -198,7 +198,7 @@ def _lock_rows(qs: Any, chunk: list[Any], also: tuple[str, ...], move_past: Any)
 def _array_lock(qs: Any, move_past: Any) -> tuple[str, tuple[Any, ...]]:
     """:func:`_lock_rows`' statement with markers: ``pks``, and ``turn`` if it moves the turn."""
     backend = backend_for(qs.db)
-    chosen = compiled(_locking(backend.with_pk_array(qs.ready(), heads.Marker("pks")).order_by(), ()))
+    chosen = compiled(_locking(backend.with_array(qs.ready(), "pk", heads.Marker("pks")).order_by(), ()))
     if move_past is None:
         return chosen
     move = rotation.move_to(qs.model, qs.db, heads.Marker("turn"))

@@ -153,12 +153,6 @@ def _counts(running: models.QuerySet, key: str) -> models.QuerySet:
     return running.order_by().values(key).annotate(n=Count("pk")).values_list(key, "n")
 
 
-def _fetch(using: str, statement: heads.Statement, values: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with connections[using].cursor() as cursor:
-        cursor.execute(statement.sql, statement.filled(values))
-        return cursor.fetchall()
-
-
 @dataclass
 class Gate:
     """One claim's pass through the limits of one model, inside the claim's transaction."""
@@ -231,7 +225,7 @@ class Gate:
         values only change in ``values``' markers): compiling the gate's QuerySets cost a
         claim about as much CPU as the plain claim's whole statement."""
         statement = heads.cached((self.model, self.using, self.limits), shape, lambda: compiled(build()))
-        return _fetch(self.using, statement, values)
+        return statement.fetch(self.using, values)
 
     def _key_values(self, rows: list[tuple[Any, ...]]) -> list[Any]:
         """The first column of ``rows``, key values as a QuerySet would have read them."""
@@ -305,7 +299,7 @@ class Gate:
         """Lock the slots of ``digests`` without waiting; the ones locked, by digest."""
         backend = backend_for(self.using)
         slots = _slots(self.using, self.model)
-        if not backend.pk_array:
+        if not backend.binds_arrays:
             return _locked(slots.filter(key__in=digests))
 
         # One array parameter: with a parameter per key psycopg converted the statement anew
@@ -327,7 +321,7 @@ class Gate:
         key = self.limits.key
         running = self.rows().filter(queue_state=QueueState.RUNNING)
         backend = backend_for(self.using)
-        if not backend.pk_array:
+        if not backend.binds_arrays:
             return Counter({str(k): n for k, n in _counts(running.filter(**{f"{key}__in": set(keys)}), key)})
         # One array parameter, as the slots' lock (:meth:`_locked_slots`).
         connection = connections[self.using]
@@ -358,7 +352,9 @@ class Gate:
         slots, backend = _slots(self.using, self.model), backend_for(self.using)
         for (fresh, count), pks in sorted(groups.items()):
             # By primary key: filtered by the model alone the planner walked every slot of it.
-            chosen = backend.with_pk_array(slots, pks) if backend.pk_array else slots.filter(pk__in=pks)
+            chosen = (
+                backend.with_array(slots, "pk", pks) if backend.binds_arrays else slots.filter(pk__in=pks)
+            )
             if fresh:
                 chosen.update(window_start=self._now, window_count=count)
             else:

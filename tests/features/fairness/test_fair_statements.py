@@ -197,7 +197,7 @@ def test_the_lock_of_chosen_rows_is_one_text_read_by_primary_key(unweighted: Non
     statement text for any batch (built once), which the planner reads through the primary
     key. ``pk IN (SELECT unnest(array))`` was planned as a hash join against a sequential scan
     of the whole table at some thousands of rows (2.2 ms of a 12 ms claim at 12,500 rows)."""
-    if not backend_for("default").pk_array:
+    if not backend_for("default").binds_arrays:
         pytest.skip("one parameter per key here (pk IN (...)), planned by the index")
     FairJob.objects.bulk_create([FairJob(customer=f"c{n:05}") for n in range(5000)])
     with connection.cursor() as cursor:
