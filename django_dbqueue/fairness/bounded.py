@@ -2,8 +2,8 @@
 the backlog of due rows.
 
 The order is the one :mod:`.ranking` defines (a key's n-th due row ranks ``(n + held) /
-weight``; rows go by rank, then priority, then the round robin among keys), but only the
-rows that can be among the first ``window`` are read:
+weight``; rows go by rank, then the round robin among keys), but only the rows that can be
+among the first ``window`` are read:
 
 * Keys are walked in the round robin's order (after the key served last, then from the
   first), each with its head row (:func:`.heads.walk`), until ``window`` keys with nothing
@@ -152,11 +152,11 @@ def _order(
     _add_unwalked(keys, held, weights, walked_all)
     _read_places(qs, fair.key, keys, window)
     ranked = [
-        (key.rank(number), -row[2], key.position, number, row)
+        (key.rank(number), key.position, number, row)
         for key in keys.values()
         for number, row in enumerate(key.rows, start=1)
     ]
-    ranked.sort(key=lambda entry: entry[:4])
+    ranked.sort(key=lambda entry: entry[:3])
     return [(row[0], row[1]) for *_, row in ranked[:window]]
 
 

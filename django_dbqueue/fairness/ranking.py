@@ -3,8 +3,12 @@
 Each key's due rows are numbered in the plain claim order (priority, due time, first in first
 out), after the key's RUNNING rows (counted by a small read first). A row's fair rank is its
 number divided by its key's weight: a key of weight 2 with nothing running has ranks 0.5, 1, 1.5..., a key of
-weight 1 with one row running has 2, 3, 4. Rows are taken by fair rank, then priority, then
-round robin among the keys (:mod:`.rotation`), then due time and primary key. So the rows in
+weight 1 with one row running has 2, 3, 4. Rows are taken by fair rank, then round robin
+among the keys (:mod:`.rotation`; a key's rows have ranks of their own, so that orders them
+all). Not by priority across keys at equal rank: the bounded read (:mod:`.bounded`), which
+walks keys in the round robin's order, could not honour it without reading every key's
+head (a priority-10 head of a key far along the round robin would pass the heads before
+it). So the rows in
 flight are shared among the keys with work in proportion to their weights, across claims and
 across workers: a key with 100,000 due rows gets its share of the workers, never all of them,
 and a key that just got work is taken at its turn, within a few claims.
@@ -70,8 +74,8 @@ def fair_ranking(qs: models.QuerySet, fair: FairShare, turn: Turn | None = None)
         .order_by(
             "dbqueue_fair",
             "-dbqueue_aged",
-            "-queue_priority",
             *rotation_order(qs.model, qs.db, fair.key, turn),
+            "-queue_priority",
             "queue_run_at",
             "pk",
         )

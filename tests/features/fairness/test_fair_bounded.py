@@ -6,13 +6,14 @@ order, as the ranking of every due row (fairness/ranking.py), and a claim over a
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue.backends import backend_for
-from django_dbqueue.fairness import bounded
+from django_dbqueue.fairness import bounded, options
 from django_dbqueue.fairness.bounded import bounded_order
 from django_dbqueue.fairness.options import fair_share_of
 from django_dbqueue.fairness.ranking import fair_order
@@ -36,15 +37,31 @@ def _bounded_backend() -> None:
     bounded._FULL_LOOSE_SCANS.clear()
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_the_bounded_order_is_the_ranking_of_every_due_row(seed: int) -> None:
+@pytest.mark.parametrize("weighted", [True, False])
+@pytest.mark.parametrize("seed", range(10))
+def test_the_bounded_order_is_the_ranking_of_every_due_row(seed: int, weighted: bool) -> None:
+    """With and without the weighted key: unweighted, keys of every priority all rank 1 at
+    their heads, and a head of priority 10 far along the round robin must not pass the heads
+    before it (the order's tie-break is the round robin, not the priority: seeds 6 and 7
+    failed while it was the priority)."""
     fill(seed)
+    if not weighted:
+        FairJob.queue_fair_weights = None
+        options.fair_share_of.cache_clear()
     fair = fair_share_of(FairJob)
     assert fair is not None
     for window in (1, 5, 20, 100):
         assert bounded_order(FairJob.objects.all(), fair, window) == fair_order(
             FairJob.objects.all(), fair, window
         ), f"seed {seed}, window {window}"
+
+
+@pytest.fixture(autouse=True)
+def _weights_back() -> Iterator[None]:
+    weights = FairJob.queue_fair_weights
+    yield
+    FairJob.queue_fair_weights = weights
+    options.fair_share_of.cache_clear()
 
 
 def _handler_reads(run) -> int:
