@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
@@ -32,6 +33,23 @@ def compiled(qs: Any) -> SqlParams:
     second database, inside that database's transaction only, failed)."""
     sql, params = qs.query.get_compiler(using=qs.db).as_sql()
     return sql, tuple(params)
+
+
+@dataclass(frozen=True)
+class HeadsLockSql:
+    """What a fair walk needs to lock the heads it finds in its own statement
+    (:meth:`QueueBackend.fair_walk_sql` where :attr:`QueueBackend.locking_ctes`).
+
+    ``held``: ``SELECT key, count`` of the keys' RUNNING rows. ``rows``: the locking SELECT
+    of the due rows whose primary key is in ``ARRAY(SELECT dbqueue_pk FROM dbqueue_heads)``,
+    columns ``(pk, token, database now, key, priority)``. ``move``: the turn's ``UPDATE``,
+    ending in its ``WHERE``, to the key of ``dbqueue_last`` (a CTE the backend defines: the
+    last row locked, in the claim's order). ``limit``: how many heads, at most (a parameter)."""
+
+    held: SqlParams
+    rows: SqlParams
+    move: SqlParams
+    limit: Any
 
 
 class QueueBackend:
@@ -101,6 +119,7 @@ class QueueBackend:
         heads: Callable[[], SqlParams],
         extra: SqlParams | None = None,
         turn: SqlParams | None = None,
+        lock: HeadsLockSql | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
         """The SELECT of the fair claim's walk (``fairness/heads.py``): in one statement, up
         to ``limit`` keys of each of the READY ``parts`` (QuerySets without a state filter,
@@ -111,7 +130,10 @@ class QueueBackend:
         per key, the plain claim order). ``limit`` and ``budget`` go as parameters (the
         statement is built once and run with parameters only). ``extra``, a SELECT of the same
         five columns, is sent in the same statement (``UNION ALL``; one round trip less).
-        ``turn``: :meth:`fair_turn_ctes`' (None where that is None)."""
+        ``turn``: :meth:`fair_turn_ctes`' (None where that is None). ``lock``: only where
+        :attr:`locking_ctes` (PostgreSQL's override)."""
+        if lock is not None:
+            raise NotImplementedError(f"{self.vendor} cannot lock a walk's heads in its statement")
         branches: list[str] = []
         params: list[Any] = []
         for number, part in enumerate(parts):

@@ -14,7 +14,7 @@ from django.db import connections, transaction
 from django.db.models import BooleanField, F, Func, Value
 from django.db.models.expressions import RawSQL
 
-from .base import QueueBackend, SqlParams, compiled, run_quietly
+from .base import HeadsLockSql, QueueBackend, SqlParams, compiled, run_quietly
 from .error_groups import masked_last_line
 from .postgresql_partitions import PostgreSQLPartitioning
 
@@ -68,6 +68,7 @@ class PostgreSQLBackend(QueueBackend):
         heads: Callable[[], SqlParams],
         extra: SqlParams | None = None,
         turn: SqlParams | None = None,
+        lock: HeadsLockSql | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
         """PostgreSQL 15 has no loose index scan (a GROUP BY would read every READY row): a
         recursive walk per part takes one key at a time, each step one index dive on the fair
@@ -76,32 +77,84 @@ class PostgreSQLBackend(QueueBackend):
         both columns); it stops after ``limit`` keys. Keys with no due row are stepped over.
         No budget: the walk never reads a key's other rows. The parts' walks are CTEs of one
         statement, ``extra`` a SELECT after them; ``turn`` (:meth:`fair_turn_ctes`) CTEs before
-        them, its row returned as part -2: ``(-2, the turn's key, 1 if fresh else 0)``."""
+        them, its row returned as part -2: ``(-2, the turn's key, 1 if fresh else 0)``.
+
+        ``lock`` (with ``turn``; see :meth:`_heads_lock`): the same statement also locks the
+        heads of the first keys with nothing running and moves the turn past the last of
+        them; every row then has a sixth column, the database's now of the locked rows."""
         ctes: list[str] = []
         selects: list[str] = []
         params: list[Any] = []
         if turn is not None:
             ctes.append(turn[0])
             params.extend(turn[1])
+        # Typed NULLs: an ``extra`` SELECT after the walks may count rows there (bigint), the
+        # heads' lock returns its rows' database now in a sixth column.
+        columns = "dbqueue_key, CAST(NULL AS bigint), dbqueue_pk, dbqueue_priority"
+        if lock is not None:
+            columns += ", CAST(NULL AS timestamptz)"
         for number, part in enumerate(parts):
             cte, cte_params = self._walk_cte(f"dbqueue_walk{number}", part, key, limit)
             ctes.append(cte)
             params.extend(cte_params)
-            # Typed NULL: an ``extra`` SELECT after the walks may count rows there (bigint).
-            columns = "dbqueue_key, CAST(NULL AS bigint), dbqueue_pk, dbqueue_priority"
             selects.append(f"SELECT {number}, {columns} FROM dbqueue_walk{number}")
-        if extra is not None:
+        if lock is not None:
+            lock_ctes, lock_selects, lock_params = self._heads_lock(lock, len(parts))
+            ctes.extend(lock_ctes)
+            selects.extend(lock_selects)
+            params.extend(lock_params)
+        elif extra is not None:
             selects.append(extra[0])
             params.extend(extra[1])
         if turn is not None:
             # Last: the walk's columns set the UNION's types (first, the turn's text would
             # wrap every branch in a conversion).
+            more = ", NULL" if lock is not None else ""
             selects.append(
-                "SELECT -2, dbqueue_bound, CASE WHEN dbqueue_fresh THEN 1 ELSE 0 END, NULL, NULL "
-                "FROM dbqueue_turn"
+                "SELECT -2, dbqueue_bound, CASE WHEN dbqueue_fresh THEN 1 ELSE 0 END, NULL, NULL"
+                f"{more} FROM dbqueue_turn"
             )
         sql = f"WITH RECURSIVE {', '.join(ctes)} {' UNION ALL '.join(selects)} ORDER BY 1, 2"
         return sql, tuple(params)
+
+    def _heads_lock(self, lock: HeadsLockSql, parts: int) -> tuple[list[str], list[str], list[Any]]:
+        """The CTEs and SELECTs by which a walk locks the heads it found (``fair_walk_sql``).
+
+        ``dbqueue_held``: the keys' RUNNING rows, returned as part -1 (``extra``'s rows).
+        ``dbqueue_heads``: the first ``limit`` walked keys (by part, then key: the round
+        robin's order) with nothing running, their heads. With no weights those are the fair
+        order's first rows (each ranks 1, every other row later; ``fairness/bounded.py``), so
+        the rows the claim would lock next are locked here (``SKIP LOCKED``, by primary key,
+        the claim's filters re-checked): part -3, ``(-3, key, token, pk, priority, now)``.
+        ``dbqueue_last``: the last locked row in the claim's order (the latest in the round
+        robin: heads all rank alike), part -4 with its pk when ``dbqueue_move`` moved the turn
+        past its key; the move happens only when the walk locked the turn fresh (a condition
+        on no row: no wait on a turn another claim holds)."""
+        walked = " UNION ALL ".join(
+            f"SELECT {number} AS dbqueue_part, dbqueue_key, dbqueue_pk FROM dbqueue_walk{number}"
+            for number in range(parts)
+        )
+        ctes = [
+            f"dbqueue_held(dbqueue_key, dbqueue_n) AS ({lock.held[0]})",
+            f"dbqueue_heads AS (SELECT dbqueue_h.* FROM ({walked}) dbqueue_h WHERE dbqueue_h.dbqueue_pk "
+            "IS NOT NULL AND NOT EXISTS (SELECT 1 FROM dbqueue_held WHERE dbqueue_held.dbqueue_key = "
+            "dbqueue_h.dbqueue_key) ORDER BY 1, 2 LIMIT %s)",
+            "dbqueue_locked(dbqueue_pk, dbqueue_token, dbqueue_now, dbqueue_key, dbqueue_priority) "
+            f"AS ({lock.rows[0]})",
+            "dbqueue_last AS (SELECT dbqueue_l.dbqueue_pk, dbqueue_l.dbqueue_key FROM dbqueue_locked "
+            "dbqueue_l JOIN dbqueue_heads dbqueue_h ON dbqueue_h.dbqueue_pk = dbqueue_l.dbqueue_pk "
+            "ORDER BY dbqueue_h.dbqueue_part DESC, dbqueue_h.dbqueue_key DESC LIMIT 1)",
+            f"dbqueue_move AS ({lock.move[0]} AND (SELECT "
+            "dbqueue_fresh FROM dbqueue_turn) AND EXISTS (SELECT 1 FROM dbqueue_last) RETURNING 1)",
+        ]
+        selects = [
+            "SELECT -1, dbqueue_key, dbqueue_n, NULL, NULL, NULL FROM dbqueue_held",
+            "SELECT -3, dbqueue_key, dbqueue_token, dbqueue_pk, dbqueue_priority, dbqueue_now "
+            "FROM dbqueue_locked",
+            "SELECT -4, NULL, NULL, dbqueue_pk, NULL, NULL FROM dbqueue_last "
+            "WHERE EXISTS (SELECT 1 FROM dbqueue_move)",
+        ]
+        return ctes, selects, [*lock.held[1], lock.limit, *lock.rows[1], *lock.move[1]]
 
     def _walk_cte(self, name: str, rows: Any, key: str, limit: Any) -> tuple[str, list[Any]]:
         order = (key, "-queue_priority", "queue_run_at", "pk")
@@ -176,7 +229,9 @@ class PostgreSQLBackend(QueueBackend):
         against a sequential scan of the whole table (2.2 ms of a fair claim's lock at 12,500
         rows, growing with the table, against 0.2 ms); ``= ANY`` of a bound array is an index
         scan."""
-        return rows.filter(EqualsAny(F(name), Value(array)))
+        # An expression (a subquery's ARRAY) as it is, a list as a parameter.
+        value = array if hasattr(array, "resolve_expression") else Value(array)
+        return rows.filter(EqualsAny(F(name), value))
 
     def error_group(self, column: str) -> Any:
         return masked_last_line(column, word_boundary=r"\y", every=(Value("g"),))

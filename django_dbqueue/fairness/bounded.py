@@ -129,12 +129,18 @@ def bounded_order(
 
 
 def locking_order(
-    qs: models.QuerySet, fair: FairShare, window: int, turn_lock: SqlParams
+    qs: models.QuerySet,
+    fair: FairShare,
+    window: int,
+    turn_lock: SqlParams,
+    lock: heads.HeadsLock | None = None,
 ) -> tuple[list[tuple[Any, Any]], rotation.Turn]:
     """:func:`bounded_order` whose first walk locks the turn (``turn_lock``:
-    :func:`.rotation.locking_ctes`), and the turn it found; or :class:`TurnNotTaken`."""
+    :func:`.rotation.locking_ctes`), and the turn it found; or :class:`TurnNotTaken`.
+    ``lock``: the first walk also locks the heads the fair order begins with, when the model
+    has no weights (:class:`.heads.HeadsLock`; left empty otherwise)."""
     segments = [heads.Segment("gt", heads.TURN_IN_STATEMENT), heads.Segment("lte", heads.TURN_IN_STATEMENT)]
-    order = _order(qs, fair, window, segments, turn_lock)
+    order = _order(qs, fair, window, segments, turn_lock, lock)
     return order, (True, segments[0].bound)
 
 
@@ -144,11 +150,15 @@ def _order(
     window: int,
     segments: list[heads.Segment],
     turn_lock: SqlParams | None,
+    lock: heads.HeadsLock | None = None,
 ) -> list[tuple[Any, Any]]:
     assert fair.key is not None
     weights = weight_table(qs.model, fair)
     walker = heads.Walker(qs, fair.key, heads.filters_of(qs))
-    keys, held, walked_all = _walk(walker, window, weights, segments, turn_lock)
+    # Heads rank first only while every weight is 1: a heavier key's later rows may pass
+    # them, a lighter key's head ranks after others' second rows.
+    lock = lock if turn_lock is not None and not weights else None
+    keys, held, walked_all = _walk(walker, window, weights, segments, turn_lock, lock)
     _add_unwalked(keys, held, weights, walked_all)
     _read_places(qs, fair.key, keys, window)
     ranked = [
@@ -182,6 +192,7 @@ def _walk(
     weights: dict[Any, float],
     segments: list[heads.Segment],
     turn_lock: SqlParams | None,
+    lock: heads.HeadsLock | None,
 ) -> tuple[dict[Any, Key], dict[Any, int], bool]:
     """Keys with a due head in round-robin order, until ``window`` of them rank 1 or better;
     the keys' RUNNING rows (counted by the first walk); and whether every key with READY
@@ -201,10 +212,10 @@ def _walk(
             return keys, held or {}, True
         asked = open_segments if both else open_segments[:1]
         budget = _budget(memory, step)
-        results, counted, taken = walker.walk(asked, step, budget, held is None, turn_lock)
+        results, counted, taken = walker.walk(asked, step, budget, held is None, turn_lock, lock)
         if turn_lock is not None:
             _turn_taken(segments, taken)
-            turn_lock = None
+            turn_lock, lock = None, None
         if held is None:
             held = counted
             _HELD_KEYS[memory] = len(held)

@@ -27,15 +27,17 @@ about 2.5 ms of Python each time (issue #37's profile).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections, models
 from django.db.models import Count
 from django.db.models.expressions import RawSQL
 
-from ..backends import backend_for, compiled
+from ..backends import DbNow, backend_for, compiled
+from ..backends.base import HeadsLockSql
 from ..states import QueueState
+from . import rotation
 
 #: ``(pk, key, priority)`` of a due row; rows of one key come in the plain claim order.
 Row = tuple[Any, Any, int]
@@ -160,6 +162,34 @@ class Segment:
     done: bool = False
 
 
+@dataclass
+class HeadsLock:
+    """A walk asked to lock, in its own statement, the heads of the first ``limit`` keys it
+    finds with nothing running (PostgreSQL, :attr:`~django_dbqueue.backends.base.QueueBackend.locking_ctes`;
+    only for a claim whose fair order those heads begin: no weights, see ``bounded``), and to
+    move the turn past the last of them in the claim's order: the claim's rows then need no
+    statement of their own when the walk found enough keys (the usual case with many keys).
+
+    Filled by :meth:`Walker.walk`: ``locked``, the candidates it locked by primary key
+    (``(pk, token, database now)``, as the claim's lock gives them); ``moved``, whether it
+    moved the turn, and ``moved_to``, to which key."""
+
+    limit: int
+    locked: dict[Any, tuple[Any, Any, Any]] = field(default_factory=dict)
+    moved: bool = False
+    moved_to: Any = None
+
+
+def _rows_of_heads(qs: models.QuerySet, key: str) -> SqlParams:
+    """The heads' locking SELECT: due rows of ``qs`` whose primary key a walk's
+    ``dbqueue_heads`` names, ``(pk, token, database now, key, priority)``."""
+    ready = qs.ready()  # type: ignore[attr-defined]
+    named = RawSQL("ARRAY(SELECT dbqueue_pk FROM dbqueue_heads)", ())
+    rows = backend_for(qs.db).with_array(ready, "pk", named).order_by()
+    locking = rows.select_for_update(skip_locked=True).annotate(dbqueue_now=DbNow())
+    return compiled(locking.values_list("pk", "queue_token", "dbqueue_now", key, "queue_priority"))
+
+
 class Walker:
     """One claim's walks over the keys of ``qs``."""
 
@@ -184,8 +214,19 @@ class Walker:
             return RawSQL(_TURN_BOUND, (), output_field=self.field)
         return self._marker(("bound", number))
 
+    def _heads_lock(self) -> HeadsLockSql:
+        rows = _rows_of_heads(self.qs, self.key)
+        model, using = self.qs.model, self.qs.db
+        move = rotation.move_to_last_locked(model, using, self.key)
+        return HeadsLockSql(_running_sql(self.qs, self.key), rows, move, Marker("heads"))
+
     def _build(
-        self, segments: list[Segment], loose: bool, with_running: bool, turn: SqlParams | None
+        self,
+        segments: list[Segment],
+        loose: bool,
+        with_running: bool,
+        turn: SqlParams | None,
+        lock: bool = False,
     ) -> SqlParams:
         parts = []
         for number, segment in enumerate(segments):
@@ -196,9 +237,10 @@ class Walker:
                 part = part.filter(**{f"{self.key}__gt": self._marker(("after", number))})
             parts.append(part)
         budget = None if loose else Marker("budget")
-        extra = _running_rows(self.qs, self.key) if with_running else None
+        extra = _running_rows(self.qs, self.key) if with_running and not lock else None
+        heads_lock = self._heads_lock() if lock else None
         return backend_for(self.qs.db).fair_walk_sql(
-            parts, self.key, Marker("limit"), budget, self._heads, extra, turn
+            parts, self.key, Marker("limit"), budget, self._heads, extra, turn, heads_lock
         )
 
     def walk(
@@ -208,6 +250,7 @@ class Walker:
         budget: int | None,
         with_running: bool = False,
         turn: SqlParams | None = None,
+        lock: HeadsLock | None = None,
     ) -> tuple[list[tuple[list[tuple[Any, Row | None]], bool]], dict[Any, int], tuple[Any, bool] | None]:
         """For each of ``segments`` (one statement for them all): up to ``limit`` keys with
         READY rows, in key order, each with its head row (None when none of its rows is
@@ -216,20 +259,24 @@ class Walker:
         statement counts each key's RUNNING rows too (returned second; else empty). With
         ``turn`` (:func:`.rotation.locking_ctes`; the segments' bound
         :data:`TURN_IN_STATEMENT`), the same statement locks the turn: returned third, its
-        key and whether it was locked as the walk saw it (None: not locked)."""
+        key and whether it was locked as the walk saw it (None: not locked). With ``lock``
+        (and ``turn`` and ``with_running``), it locks heads too and fills ``lock`` in."""
         shape = (
             "walk",
             self.key,
             budget is None,
             with_running,
             turn is not None,
+            lock is not None,
             *((s.lookup, s.after is None) for s in segments),
         )
         statement = cached(
-            self.filters, shape, lambda: self._build(segments, budget is None, with_running, turn)
+            self.filters,
+            shape,
+            lambda: self._build(segments, budget is None, with_running, turn, lock is not None),
         )
         connection = connections[self.qs.db]
-        values: dict[Any, Any] = {"limit": limit, "budget": budget}
+        values: dict[Any, Any] = {"limit": limit, "budget": budget, "heads": lock.limit if lock else None}
         for number, segment in enumerate(segments):
             if segment.bound is not TURN_IN_STATEMENT:
                 values["bound", number] = self.field.get_db_prep_value(segment.bound, connection)
@@ -239,18 +286,29 @@ class Walker:
         read = [0] * len(segments)
         held: dict[Any, int] = {}
         taken: tuple[Any, bool] | None = None
-        for number, raw_key, rows, pk, priority in found:
+        moved_pk = _NOT_MOVED
+        for number, raw_key, rows, pk, priority, *now in found:
             value = None if raw_key is None else self.to_python(raw_key)
-            if number == -2:
+            if number == -4:
+                moved_pk = pk
+            elif number == -3:
+                assert lock is not None
+                lock.locked[pk] = (pk, rows, now[0])
+                if pk == moved_pk:
+                    lock.moved, lock.moved_to = True, value
+            elif number == -2:
                 taken = (value, bool(rows))
-                continue
-            if number < 0:
+            elif number == -1:
                 held[value] = int(rows)
-                continue
-            walked[number].append((value, None if pk is None else (pk, value, priority)))
-            read[number] += rows or 0
+            else:
+                walked[number].append((value, None if pk is None else (pk, value, priority)))
+                read[number] += rows or 0
         ran_out = [budget is not None and count >= budget for count in read]
         return list(zip(walked, ran_out, strict=True)), held, taken
+
+
+#: :meth:`Walker.walk`'s mark for "the statement did not move the turn".
+_NOT_MOVED = object()
 
 
 def first_rows(qs: models.QuerySet, key: str, wanted: dict[Any, int]) -> dict[Any, list[Row]]:

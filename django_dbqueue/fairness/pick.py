@@ -100,16 +100,16 @@ def _windows(bounded: bool, limit: int) -> list[int]:
 
 
 def _first_order(
-    qs: Any, fair: FairShare, window: int, bounded: bool
+    qs: Any, fair: FairShare, window: int, bounded: bool, lock: heads.HeadsLock | None
 ) -> tuple[list[tuple[Any, Any]], rotation.Turn]:
     """The first pass's fair order and the claim's turn, locked: by the walk's own
-    statement where the backend can (PostgreSQL; one statement less), else first by
-    :func:`.rotation.take`."""
+    statement where the backend can (PostgreSQL; one statement less, and with ``lock`` the
+    heads it found locked too), else first by :func:`.rotation.take`."""
     assert fair.key is not None
     turn_lock = rotation.locking_ctes(qs.model, qs.db, fair.key) if bounded else None
     if turn_lock is not None:
         try:
-            return locking_order(qs, fair, window, turn_lock)
+            return locking_order(qs, fair, window, turn_lock, lock)
         except TurnNotTaken:
             pass  # another claim holds the turn or just moved it: wait for it, walk again
     turn = rotation.take(qs.model, qs.db, fair.key)
@@ -127,21 +127,31 @@ def _fair(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[C
     key_of: dict[Any, Any] = {}
     bounded = _bounded(qs, fair)
     assert fair.key is not None
+    moving = not also and backend_for(qs.db).locking_ctes
+    # The walk's statement locks the heads the order begins with, where it can (they are
+    # all a claim of many keys takes: no statement of its own for the rows then).
+    lock = heads.HeadsLock(limit) if moving and bounded else None
     # The first pass locks the turn; the later ones rank from the turn it found (the first
     # pass's locking statement may have moved it already).
     turn = rotation.NO_TURN
     moved: list[Any] = []
     for number, window in enumerate(_windows(bounded, limit)):
         if number == 0:
-            order, turn = _first_order(qs, fair, window, bounded)
+            order, turn = _first_order(qs, fair, window, bounded, lock)
         else:
             order = _order_of(qs, fair, window, bounded, turn)
         fresh = [(pk, key) for pk, key in order if pk not in key_of]
         key_of.update(order)
-        _lock_in_order(qs, fresh, limit, also, taken, None if also else moved)
+        pre = lock.locked if lock is not None and number == 0 else {}
+        if pre and lock is not None and lock.moved:
+            moved.append(lock.moved_to)
+        # The first statement that locks rows moves the turn past the last of them: the
+        # first pass's (after the walk's own move, when it locked heads), else the first.
+        may_move = moving and (number == 0 or not moved)
+        _lock_in_order(qs, fresh, limit, also, taken, moved if may_move else None, pre)
         if len(taken) >= limit:
             break
-    if taken and (not moved or key_of[taken[-1][0]] != moved[0]):
+    if taken and (not moved or key_of[taken[-1][0]] != moved[-1]):
         rotation.served(qs.model, qs.db, key_of[taken[-1][0]])
     return taken
 
@@ -153,26 +163,28 @@ def _lock_in_order(
     also: tuple[str, ...],
     taken: list[Candidate],
     moved: list[Any] | None,
+    pre: dict[Any, Candidate],
 ) -> None:
-    """Lock rows of ``order`` by primary key, a batch's worth at a time, into ``taken``.
+    """Lock rows of ``order`` by primary key, a batch's worth at a time, into ``taken``;
+    ``pre``: rows the walk's statement locked already (no statement for them).
 
-    ``moved`` (empty, where the backend can and the claim holds the turn): the first
-    statement also moves the turn past the key of its last row, the one :func:`_fair` would
-    move it to when every row of it is locked (a lone claimer's case), and ``moved`` names
-    that key; :func:`_fair` moves the turn again only when the last row taken differs. A
-    claim whose every row was taken by others meanwhile may leave the turn past them."""
-    backend = backend_for(qs.db)
+    ``moved`` (where the backend can and the claim holds the turn): the first statement
+    also moves the turn past the key of its last row, the one :func:`_fair` would move it
+    to when every row of it is locked (a lone claimer's case), and ``moved`` ends with that
+    key; :func:`_fair` moves the turn again only when the last row taken differs. A claim
+    whose every row was taken by others meanwhile may leave the turn past them."""
     start = 0
     while len(taken) < limit and start < len(order):
         pairs = order[start : start + limit - len(taken)]
-        chunk = [pk for pk, _ in pairs]
-        start += len(chunk)
-        move_past = pairs[-1][1] if moved == [] and backend.locking_ctes else None
+        start += len(pairs)
+        need = [pk for pk, _ in pairs if pk not in pre]
+        move_past = pairs[-1][1] if moved is not None and need else None
         if move_past is not None:
             assert moved is not None
             moved.append(move_past)
-        locked = {row[0]: row for row in _lock_rows(qs, chunk, also, move_past)}
-        taken.extend(locked[pk] for pk in chunk if pk in locked)
+            moved = None  # one move per call: the first statement's
+        locked = {row[0]: row for row in _lock_rows(qs, need, also, move_past)} if need else {}
+        taken.extend(locked.get(pk) or pre[pk] for pk, _ in pairs if pk in locked or pk in pre)
 
 
 def _lock_rows(qs: Any, chunk: list[Any], also: tuple[str, ...], move_past: Any) -> list[Candidate]:

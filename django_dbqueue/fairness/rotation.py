@@ -49,14 +49,21 @@ def last_served(model: type[models.Model], using: str, key: str) -> Turn:
 
 
 @lru_cache(maxsize=16)
-def _statements(using: str) -> tuple[str, str]:
-    """The turn's locking read and its move on database ``using``, built once (they are
-    sent on every fair claim): identifiers quoted by the connection, values parameters."""
+def _names(using: str) -> tuple[str, str, str]:
+    """The turn's table, and its ``model`` and ``last_key`` columns, quoted for ``using``."""
     connection = connections[using]
     table = connection.ops.quote_name(QueueFairTurn._meta.db_table)
     model, last_key = (quoted_column(connection, QueueFairTurn, name) for name in ("model", "last_key"))
+    return table, model, last_key
+
+
+@lru_cache(maxsize=16)
+def _statements(using: str) -> tuple[str, str]:
+    """The turn's locking read and its move on database ``using``, built once (they are
+    sent on every fair claim): identifiers quoted by the connection, values parameters."""
+    table, model, last_key = _names(using)
     # SQLite has no row locks: its claim's transaction holds the database's one write lock.
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    lock = " FOR UPDATE" if connections[using].features.has_select_for_update else ""
     return (
         f"SELECT {last_key} FROM {table} WHERE {model} = %s{lock}",
         f"UPDATE {table} SET {last_key} = %s WHERE {model} = %s",
@@ -129,10 +136,19 @@ def _key_type(model: type[models.Model], key: str) -> str | None:
 def locking_ctes(model: type[models.Model], using: str, key: str) -> tuple[str, tuple[Any, ...]] | None:
     """The turn's lock as CTEs of the walk's statement (one statement less per claim), or
     None where the backend or the key's type needs :func:`take`'s own statement."""
-    connection = connections[using]
-    table = connection.ops.quote_name(QueueFairTurn._meta.db_table)
-    label, last_key = (quoted_column(connection, QueueFairTurn, name) for name in ("model", "last_key"))
+    table, label, last_key = _names(using)
     return backend_for(using).fair_turn_ctes(table, label, last_key, model._meta.label, _key_type(model, key))
+
+
+def move_to_last_locked(model: type[models.Model], using: str, key: str) -> tuple[str, tuple[Any, ...]]:
+    """The turn's move to the key of ``dbqueue_last``, the last row a walk's statement locked
+    (:class:`~django_dbqueue.backends.base.HeadsLockSql`, PostgreSQL): the key as
+    :func:`turn_text` stores it, for the key types :func:`locking_ctes` reads back."""
+    table, label, last_key = _names(using)
+    column = "dbqueue_last.dbqueue_key"
+    text = f"CAST({column} AS text)" if _key_type(model, key) == "integer" else f"LEFT({column}, 255)"
+    update = f"UPDATE {table} SET {last_key} = (SELECT {text} FROM dbqueue_last) WHERE {label} = %s"
+    return update, (model._meta.label,)
 
 
 def turn_text(last: Any) -> str:
