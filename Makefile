@@ -326,13 +326,19 @@ $(BENCH_VENV)/.installed: bench/requirements.txt
 	@touch $@
 
 # The full run (~40 min): every system and mode in 3 interleaved rounds, rewrites BENCHMARKS.md;
-# then the flow-control claims on both servers, whose ratios the report's floor lines take
-# (--report-only rewrites it with them), start-up and request-reply.
+# then the flow-control claims and the fair and aging claims (issue #37; over 10,000 and
+# 100,000 due rows) on both servers, whose ratios the report's floor lines take (--report-only
+# rewrites it with them), start-up and request-reply.
 bench: venv services $(BENCH_VENV)/.installed
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py
 	DATABASE_URL=mysql://root@127.0.0.1:3306/bench_flow $(PY) bench/flow_claim.py --json bench/out/flow-mysql.json
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_flow $(PY) bench/flow_claim.py \
 	  --json bench/out/flow-postgresql.json
+	for ready in 10000 100000; do \
+	  DATABASE_URL=mysql://root@127.0.0.1:3306/bench_fair $(PY) bench/fair_claim.py --ready $$ready \
+	    --claims 40 --json bench/out/fair-mysql-$$ready.json || exit 1; \
+	  DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench_fair $(PY) bench/fair_claim.py --ready $$ready \
+	    --claims 40 --json bench/out/fair-postgresql-$$ready.json || exit 1; done
 	BENCH_OURS_PYTHON=$(CURDIR)/$(PY) $(BENCH_VENV)/bin/python bench/run.py --report-only
 	$(PY) bench/startup.py
 	$(MAKE) bench-request-reply

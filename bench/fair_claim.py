@@ -8,9 +8,11 @@ Part 1, the claim's cost: with a standing backlog of ``--ready`` due rows (what 
 every due row reads, and what the bounded read of fairness/bounded.py must not depend on),
 ``--claims`` claims of 100 rows each are timed (their success recorded, untimed, so the
 backlog stays). Modes: the plain claim; fair share over 100 and over 10,000 keys; aging
-alone. Each fill is followed by VACUUM ANALYZE / ANALYZE TABLE. Prints a Markdown table of
-medians over ``--rounds`` rounds, and the EXPLAIN of the ranking of every due row at that
-backlog (what SQLite, and aging with a fair key, still run).
+alone, one after the other in each of ``--rounds`` rounds. Each fill is followed by VACUUM
+ANALYZE / ANALYZE TABLE. Prints a Markdown table of medians over the rounds, each mode's rate
+against the plain claim's taken within each round, then their median (``--json PATH`` writes
+those ratios for ``make bench``'s floor lines), and the EXPLAIN of the ranking of every due row
+at that backlog (what SQLite, and aging with a fair key, still run).
 
 Part 2 (``--processes``), the issue's proof at full size: one tenant with 100,000 rows and 20
 tenants with 10 rows each, 4 ``runqueue`` workers (``--batch-size 4``): the claim (of 4 x 2)
@@ -25,6 +27,7 @@ throw-away test database (``test_<name>`` of DATABASE_URL).
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import statistics
@@ -284,6 +287,9 @@ def main() -> None:
     parser.add_argument(
         "--aging-spread", type=float, default=0.0, help="priority-0 rows arrive over so many s"
     )
+    parser.add_argument(
+        "--json", default="", help="also write each mode's ratio to the plain claim here (the floors)"
+    )
     args = parser.parse_args()
     creation = connection.creation
     creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
@@ -305,18 +311,41 @@ def main() -> None:
     finally:
         connections.close_all()
         creation.destroy_test_db(connection.settings_dict["NAME"], verbosity=0)
-    plain = statistics.median(ms for ms, _, _ in results["plain claim"])
+    ratios = round_ratios(results)
     print(
-        f"\nClaim cost, fair share and aging ({connection.vendor}, {args.ready:,} due rows, claim({BATCH}))\n"
+        f"\nClaim cost, fair share and aging ({connection.vendor}, {args.ready:,} due rows, claim({BATCH}), "
+        f"{args.claims} claims a mode in each of {args.rounds} rounds)\n"
     )
-    print("| mode | ms per claim | ratio of rates to plain | CPU ms per claim | statements per claim |")
+    print("| mode | ms per claim | rate / plain's (each round) | CPU ms per claim | statements per claim |")
     print("|---|---:|---:|---:|---:|")
     for name, runs in results.items():
         ms = statistics.median(run[0] for run in runs)
         cpu = statistics.median(run[1] for run in runs)
         statements = statistics.median(run[2] for run in runs)
-        print(f"| {name} | {ms:.1f} | {plain / ms:.2f} | {cpu:.1f} | {statements:.1f} |")
+        each = " / ".join(f"{r:.2f}" for r in ratios[name][1])
+        print(f"| {name} | {ms:.1f} | {ratios[name][0]:.2f} ({each}) | {cpu:.1f} | {statements:.1f} |")
+    if args.json:
+        found = {name: ratio for name, (ratio, _) in ratios.items()}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(
+            json.dumps({"server": connection.vendor, "ready": args.ready, "ratios": found})
+        )
     print(f"\nEXPLAIN of the fair ranking at {args.ready:,} due rows, 10,000 keys:\n\n{plan}")
+
+
+Ratios = dict[str, tuple[float, list[float]]]
+
+
+def round_ratios(results: dict[str, list[tuple[float, float, float]]]) -> Ratios:
+    """Each mode's claim rate over the plain claim's: the median of the rounds' ratios, and
+    each round's (a mode and the plain claim of one round ran a minute apart at most, so the
+    machine's load moves both alike)."""
+    plain = [ms for ms, _, _ in results["plain claim"]]
+    out = {}
+    for name, runs in results.items():
+        each = [base / ms for (ms, _, _), base in zip(runs, plain, strict=True)]
+        out[name] = (statistics.median(each), each)
+    return out
 
 
 if __name__ == "__main__":

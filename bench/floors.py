@@ -154,6 +154,12 @@ def flow_ratio(results: dict[str, Any], server: str, mode: str) -> float | None:
     return ((results.get("flow") or {}).get(server) or {}).get(mode)
 
 
+def fair_ratio(results: dict[str, Any], server: str, ready: int, mode: str) -> float | None:
+    """A fair or aging claim's rate over the plain claim's on ``server`` over a backlog of
+    ``ready`` due rows (bench/fair_claim.py's figures, if the run carries them under ``fair``)."""
+    return (((results.get("fair") or {}).get(server) or {}).get(str(ready)) or {}).get(mode)
+
+
 @dataclass(frozen=True)
 class Floor:
     """One floor: ``figure(results)`` compared with ``bound`` (``at_least`` or at most).
@@ -253,6 +259,13 @@ WORKFLOW = ("dbqueue", "workflow")
 CLAIM100, BATCH, BATCH500 = ("raw", "claim100"), ("raw", "batch"), ("raw", "batch500")
 FLOW_MODES = (("concurrency", "concurrency limit"), ("rate", "rate limit"), ("both", "both limits"))
 FLOW_SERVERS = (("mysql", "MariaDB"), ("postgresql", "PostgreSQL"))
+#: bench/fair_claim.py's modes (its own names), the floor lines' words, and issue #37's bounds.
+FAIR_MODES = (
+    ("fair share, 100 keys", "Fair claim, 100 keys", 0.7),
+    ("fair share, 10,000 keys", "Fair claim, 10,000 keys", 0.7),
+    ("aging alone (30 s)", "Aging claim (30 s bound)", 0.9),
+)
+FAIR_BACKLOGS = (10_000, 100_000)
 #: Issue #33's table, line by line, in its order.
 FLOORS: list[Floor] = [
     Floor(
@@ -396,6 +409,20 @@ FLOORS: list[Floor] = [
         )
         for server, name in FLOW_SERVERS
         for mode, label in FLOW_MODES
+    ),
+    # Issue #37: the fair and aging claims against the plain claim, over two backlogs.
+    *(
+        Floor(
+            f"fair-{mode}-{server}-{ready}",
+            f"{label} / plain claim, {name}, {ready:,} due rows (issue #37)",
+            bound,
+            True,
+            lambda results, server=server, ready=ready, mode=mode: fair_ratio(results, server, ready, mode),
+            by_run=False,
+        )
+        for server, name in FLOW_SERVERS
+        for ready in FAIR_BACKLOGS
+        for mode, label, bound in FAIR_MODES
     ),
     # Issue #36: a workflow step against an atomic job of the same handler body.
     Floor(

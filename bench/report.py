@@ -119,15 +119,17 @@ def floor_lines(results: dict[str, Any]) -> list[str]:
     levels = (results.get("claim_cost") or {}).get("levels") or []
     largest = f" ({levels[-1]['finished']:,} finished rows)" if len(levels) > 1 else ""
     lines = [
-        "## Floors (issue #33)",
+        "## Floors (issues #33 and #37)",
         "",
-        "Every line of issue #33's table (and issue #20's claim-cost floor, which still stands). A drain "
+        "Every line of issue #33's table, issue #37's claim-speed bounds and issue #20's claim-cost floor, "
+        "which still stands. A drain "
         "ratio is taken within each round, then the median over the rounds (each round's figure in "
         "the last column); CPU per job is the median over the rounds (bench/costs.py). The `save()` "
         "time ratio is lower-is-better, the other ratios are of rates. “Before the rebuild” and "
         "“when filed” are the issue's own figures. The flow-control lines come from "
-        "`bench/flow_claim.py --json` (run by `make bench` after the drains); a line that this run "
-        "did not measure says so.",
+        "`bench/flow_claim.py --json`, the fair and aging claim's (issue #37) from "
+        "`bench/fair_claim.py --json` (each ratio the median of the rounds' own), both run by "
+        "`make bench` after the drains; a line that this run did not measure says so.",
         "",
         "| floor | target | before the rebuild | when filed | this run | verdict | each round |",
         "|---|---|---|---|---|---|---|",

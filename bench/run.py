@@ -386,15 +386,21 @@ def write_report(results: dict[str, Any], out: Output) -> None:
 
 def with_flow(results: dict[str, Any], directory: Path) -> dict[str, Any]:
     """``results`` with the flow-control ratios of ``directory/flow-*.json`` (bench/flow_claim.py
-    --json, which `make bench` runs after this driver, then rewrites the report) that were
-    written after the run began; older files are another run's."""
+    --json) and the fair claim's of ``directory/fair-*.json`` (bench/fair_claim.py --json),
+    which `make bench` runs after this driver, then rewrites the report, that were written
+    after the run began; older files are another run's."""
     began = datetime.fromisoformat(results["began"]).timestamp()
-    flow = {}
+    flow: dict[str, Any] = {}
+    fair: dict[str, dict[str, Any]] = {}
     for path in sorted(directory.glob("flow-*.json")):
         if path.stat().st_mtime >= began:
             found = json.loads(path.read_text())
             flow[found["server"]] = found["ratios"]
-    return {**results, "flow": flow} if flow else results
+    for path in sorted(directory.glob("fair-*.json")):
+        if path.stat().st_mtime >= began:
+            found = json.loads(path.read_text())
+            fair.setdefault(found["server"], {})[str(found["ready"])] = found["ratios"]
+    return {**results, **({"flow": flow} if flow else {}), **({"fair": fair} if fair else {})}
 
 
 def variants(system: str, only: dict[str, tuple[str, ...]] | None = None) -> tuple[str, ...]:

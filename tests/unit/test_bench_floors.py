@@ -152,6 +152,16 @@ def test_every_line_of_the_issue_table_is_a_floor():
             for mode in ("concurrency", "rate", "both")
             for server in ("mysql", "postgresql")
         },
+        **{
+            f"fair-{mode}-{server}-{ready}": bound
+            for server in ("mysql", "postgresql")
+            for ready in (10_000, 100_000)
+            for mode, bound in (
+                ("fair share, 100 keys", 0.7),
+                ("fair share, 10,000 keys", 0.7),
+                ("aging alone (30 s)", 0.9),
+            )
+        },
         "workflow-step": 1.3,
         "workflow-park": 2,
         "workflow-wake": 2,
@@ -225,6 +235,18 @@ def test_claim_cost_pickup_and_flow_figures():
     assert figures["flow-both-postgresql"] == (None, None)
     assert figures["flow-rate-mysql"] == (None, None)
     assert figures["lease-raw-4"] == (None, None)
+
+
+def test_fair_claim_figures_come_by_server_and_backlog():
+    results = {
+        "fair": {"postgresql": {"10000": {"fair share, 100 keys": 0.68, "aging alone (30 s)": 0.95}}},
+        "runs": [],
+    }
+    figures = {floor.key: (value, met) for floor, value, met in floors.evaluate(results)}
+    assert figures["fair-fair share, 100 keys-postgresql-10000"] == (0.68, False)
+    assert figures["fair-aging alone (30 s)-postgresql-10000"] == (0.95, True)
+    assert figures["fair-fair share, 100 keys-postgresql-100000"] == (None, None)
+    assert figures["fair-fair share, 10,000 keys-mysql-10000"] == (None, None)
 
 
 def test_cost_per_job_counts_the_jobs_between_the_two_samples():
@@ -318,6 +340,23 @@ def test_flow_figures_are_taken_only_from_files_written_during_the_run(tmp_path:
     assert "flow" not in run.with_flow(results, tmp_path)
 
 
+def test_fair_figures_are_kept_by_server_and_backlog(tmp_path: Path):
+    results = {"began": "2026-11-27T12:00:00+00:00", "runs": []}
+    began = run.datetime.fromisoformat(results["began"]).timestamp()
+    for ready, ratio in ((10000, 0.8), (100000, 0.75)):
+        path = tmp_path / f"fair-mysql-{ready}.json"
+        path.write_text(
+            f'{{"server": "mysql", "ready": {ready}, "ratios": {{"fair share, 100 keys": {ratio}}}}}'
+        )
+        os.utime(path, (began + 60, began + 60))
+    stale = tmp_path / "fair-postgresql-10000.json"
+    stale.write_text('{"server": "postgresql", "ready": 10000, "ratios": {"fair share, 100 keys": 0.1}}')
+    os.utime(stale, (began - 60, began - 60))
+    assert run.with_flow(results, tmp_path)["fair"] == {
+        "mysql": {"10000": {"fair share, 100 keys": 0.8}, "100000": {"fair share, 100 keys": 0.75}}
+    }
+
+
 def _results(runs: list[dict[str, Any]], workers: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
     return {
         "plan": {
@@ -356,7 +395,7 @@ def test_report_puts_the_floors_first_with_the_issue_figures_and_verdicts(
     out = tmp_path / "BENCHMARKS.md"
     report.write(results, out, tmp_path / "chart.png")
     text = out.read_text()
-    assert text.index("## Floors (issue #33)") < text.index("## Machine and setup")
+    assert text.index("## Floors (issues #33 and #37)") < text.index("## Machine and setup")
     lines = text.splitlines()
     lease = next(line for line in lines if line.startswith("| Lease mode, 4 workers / raw"))
     assert lease.split(" | ")[1:] == ["≥ 0.6×", "0.75×", "0.29×", "0.50×", "**MISSED by 17%**", " |"]
