@@ -14,8 +14,9 @@ HEADER = [
     "* `make bench` (about 40 minutes): every system and mode — django_dbqueue in lease, atomic and "
     "grouped atomic mode (attempt history on and off), the raw-SQL loops, dj_queue, django-tasks-db "
     "and django-q2 — in 3 interleaved rounds at 1, 2 and 4 workers, on MariaDB; then the "
-    "flow-control claims on MariaDB and PostgreSQL (their floor lines), runqueue's start-up and "
-    "request-reply. Rewrites this file.",
+    "flow-control claims and the fair and aging claims (issue #37, over 10,000 and 100,000 due "
+    "rows) on MariaDB and PostgreSQL (their floor lines), runqueue's start-up and request-reply. "
+    "Rewrites this file.",
     "* `make bench-quick` (minutes, no peers): django_dbqueue's lease, atomic and grouped "
     "atomic modes against the raw-SQL loops they are measured by, on MariaDB, 1 and 4 workers, "
     "the drains' backlogs of `make bench` but fewer enqueues and no claim-cost or contention "
