@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connections, models
+from django.db.models.expressions import RawSQL
 
 from ..backends import DbNow, backend_for, compiled, db_now_plus
 from ..conf import settings
@@ -200,11 +201,40 @@ def _lock_rows(qs: Any, chunk: list[Any], also: tuple[str, ...], move_past: Any)
         prep, connection = qs.model._meta.pk.get_db_prep_value, connections[qs.db]
         values = {"pks": [prep(pk, connection) for pk in chunk], "turn": rotation.turn_text(move_past)}
         return statement.fetch(qs.db, values)
+    if _listed(qs, also, move_past):
+        return _listed_lock(qs, chunk)
     chosen = _locking(backend.with_pks(qs.ready(), chunk).order_by(), also)
     write = rotation.move(qs.model, qs.db, move_past)
     if write is None:
         return list(chosen)
     return _run(qs.db, backend.locking_statement([compiled(chosen)], None, [write]))
+
+
+def _listed(qs: Any, also: tuple[str, ...], move_past: Any) -> bool:
+    """Whether :func:`_listed_lock` serves: row locks (not SQLite, whose driver hands the
+    database's now back as text), an integer primary key (the driver's value is the key),
+    no extra columns, no move of the turn."""
+    pk = qs.model._meta.pk
+    return (
+        not also
+        and move_past is None
+        and connections[qs.db].features.has_select_for_update
+        and isinstance(pk, models.IntegerField)
+    )
+
+
+def _listed_lock(qs: Any, chunk: list[Any]) -> list[Candidate]:
+    """:func:`_lock_rows`' statement with one parameter per key (``pk IN (%s, …)``: MySQL,
+    MariaDB), built once per model, database, claim filters and number of keys: compiling
+    the QuerySet on every claim cost a fair claim about 0.7 ms of CPU there."""
+
+    def build() -> tuple[str, tuple[Any, ...]]:
+        markers = [RawSQL("%s", (heads.Marker(("pk", n)),)) for n in range(len(chunk))]
+        return compiled(_locking(qs.ready().filter(pk__in=markers).order_by(), ()))
+
+    statement = heads.cached(heads.filters_of(qs), ("lock-listed", len(chunk)), build)
+    prep, connection = qs.model._meta.pk.get_db_prep_value, connections[qs.db]
+    return statement.fetch(qs.db, {("pk", n): prep(pk, connection) for n, pk in enumerate(chunk)})
 
 
 def _array_lock(qs: Any, move_past: Any) -> tuple[str, tuple[Any, ...]]:
