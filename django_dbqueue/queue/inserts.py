@@ -45,7 +45,7 @@ from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models.fields import NOT_PROVIDED
 from django.db.models.sql import Query
 
-from ..backends import DbNow
+from ..backends import DbNow, backend_for
 from ..priorities import check_priority
 
 _DATE_FIELDS = (models.DateField, models.TimeField)  # DateTimeField is a DateField
@@ -185,8 +185,10 @@ class InsertPlan:
             for start in range(0, len(rows), size):
                 batch = rows[start : start + size]
                 sql, names = self.sql(layout, len(batch))
-                params = dict(zip(names, [value for row in batch for value in row], strict=True))
-                params.update(shared)
+                params: Any = [value for row in batch for value in row]
+                if shared:
+                    params = dict(zip(names, params, strict=True))
+                    params.update(shared)
                 try:
                     cursor.execute(sql, params)
                 except (TypeError, ValueError) as exc:
@@ -202,10 +204,12 @@ class InsertPlan:
         """The INSERT of ``count`` rows of ``layout`` and the names of its per-row parameters
         in the order of the rows' values (built once per layout and batch size).
 
-        Parameters are named (``%(name)s``, which Django's cursor passes on every backend):
-        a value every row shares is one name used in every row, so the driver adapts and
-        quotes it once per statement, not once per row (on MariaDB the client's largest
-        cost per row was quoting the constants: the state, the priority, the attempts)."""
+        With values every row shares (``layout.shared``: where the backend
+        ``shares_named_parameters``), parameters are named (``%(name)s``, which Django's
+        cursor passes on): a shared value is one name used in every row, so the driver
+        quotes it once per statement, not once per row (on MariaDB the client's largest cost
+        per row was quoting the constants: the state, the priority, the attempts). Without,
+        the placeholders stay positional (``%s``) and the names are not used."""
         key = (tuple(layout.columns), frozenset(layout.shared), count)
         found = self._sql.get(key)
         if found is None:
@@ -219,11 +223,14 @@ class InsertPlan:
                 row = []
                 for position, placeholder in layout.columns:
                     if position in layout.shared:
-                        placeholder = placeholder.replace("%s", f"%({_shared_name(position)})s", 1)
-                    elif position in layout.index:
-                        per_row.append(f"v{len(per_row)}")
-                        placeholder = placeholder.replace("%s", f"%({per_row[-1]})s", 1)
-                    row.append(placeholder)
+                        name = _shared_name(position)
+                    elif layout.shared and position in layout.index:
+                        name = f"v{len(per_row)}"
+                        per_row.append(name)
+                    else:  # the clock's SQL, or a positional parameter
+                        row.append(placeholder)
+                        continue
+                    row.append(placeholder.replace("%s", f"%({name})s", 1))
                 placeholders.append(row)
             values = connection.ops.bulk_insert_sql(fields, placeholders)
             found = (f"INSERT INTO {quote(self.model._meta.db_table)} ({names}) {values}", per_row)
@@ -245,6 +252,7 @@ class InsertPlan:
         varying = {self.positions[key] for keys in shapes for key in keys} - overridden
         varying |= {p for p, c in enumerate(self.columns) if c.per_row is not None and p not in overridden}
         values = {self.positions[name]: value for name, value in {**defaults, **fixed}.items()}
+        shares = backend_for(self.using).shares_named_parameters
         layout = _Layout(columns=[], index={}, base=[])
         for position, column in enumerate(self.columns):
             if position in values or position in varying:
@@ -258,7 +266,7 @@ class InsertPlan:
                 placeholder = "%s"
             layout.columns.append((position, placeholder))
             value = self._adapt(None, position, values[position], connection) if position in values else None
-            if position in varying:
+            if position in varying or not shares:
                 layout.index[position] = len(layout.base)
                 layout.base.append(value if position in values else column.constant)
             else:
