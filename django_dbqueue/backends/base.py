@@ -97,6 +97,13 @@ class QueueBackend:
     #: one parameter per value (:meth:`with_pks`, ``__in``).
     binds_arrays = False
 
+    #: A named parameter used in many places of a statement is adapted and quoted once
+    #: (mysqlclient formats the statement on the client from a dict of quoted values):
+    #: ``bulk_enqueue()`` then sends a value every row shares as one named parameter
+    #: (queue/inserts.py). psycopg adapts each place on its own and SQLite's wrapper rewrites
+    #: the names, so elsewhere the rows keep positional parameters (no gain, some cost).
+    shares_named_parameters = False
+
     #: Flow control's full keys are left out of a claim by subqueries of its locking SELECT
     #: (PostgreSQL: a round trip cost a claim more than the read); elsewhere, read first.
     full_keys_in_claim = False

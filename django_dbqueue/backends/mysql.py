@@ -38,6 +38,7 @@ class MySQLBackend(QueueBackend):
     # it for free.
     order_by_pk = True
     spark_jdbc = True  # MariaDB Connector/J speaks to MySQL and MariaDB alike
+    shares_named_parameters = True  # mysqlclient quotes a dict's values once each
 
     @property
     def locking_union(self) -> bool:  # type: ignore[override]

@@ -1,4 +1,4 @@
-"""``bulk_enqueue()`` of mappings: rows as parameter tuples into one multi-row INSERT per batch.
+"""``bulk_enqueue()`` of mappings: rows as parameter lists into one multi-row INSERT per batch.
 
 Through ``bulk_create`` every row became a model instance (``Model.__init__``), every value
 went through ``get_db_prep_save`` and the compiler rebuilt the statement for every batch
@@ -7,19 +7,23 @@ keys the caller gives, the plan is made once:
 
 * the statement: ``INSERT INTO t (c1, …) VALUES (…), (…)`` from ``connection.ops.quote_name``
   and ``connection.ops.bulk_insert_sql`` (what the ORM's own insert compiler uses), one per
-  batch size, and sent as a parameter list through ``connection.cursor().execute()``, so
+  batch size, and sent with named parameters through ``connection.cursor().execute()``, so
   execute wrappers, Sentry, debug-toolbar and ``assertNumQueries`` see it like any other;
+  a value every row of the call shares (the READY state, a default, the open batch) is one
+  parameter of the statement, not one per row, so the driver quotes it once per batch;
 * each column's value where a row does not give it: its default adapted once
   (``get_db_prep_save``), a callable default called per row as ``Model.__init__`` would, and a
   queue time the database's clock, ``COALESCE(%s, <the clock>)`` in the statement (DESIGN.md,
   "One clock"), compiled once from ``DbNow`` by the ORM's compiler;
 * each value a row gives: adapted by its field's ``get_db_prep_save`` (the ORM's own
   conversion: a JSON payload is dumped by its JSONField, an aware datetime made the database's),
-  except a ``str`` for Django's own text fields, which that conversion returns unchanged;
+  except a ``str`` for Django's own text fields, which that conversion returns unchanged, and
+  a ``dict``/``list`` of Django's own JSONField where it is ``json.dumps`` (the same text);
 * a column no row gives is left out of the statement when the database stores the same value
   itself: NULL for a nullable column without a default, the ``db_default`` where it equals the
   field's default (``queue_dependants``). What is left per row is what the driver quotes, one
-  parameter at a time: on MariaDB the largest client cost of a batch.
+  parameter at a time (on MariaDB the largest client cost of a batch): the values the rows
+  give and the callable defaults.
 
 ``auto_now``/``auto_now_add`` date fields take one ``pre_save()`` value per batch. A model
 whose field computes its value in its own ``pre_save()`` (a FileField, a user's field type)
@@ -29,6 +33,7 @@ instances, as it does when asked to (``bulk_enqueue(..., build_instances=True)``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -36,10 +41,11 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from django.db import connections, models, transaction
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models.fields import NOT_PROVIDED
 from django.db.models.sql import Query
 
-from ..backends import DbNow
+from ..backends import DbNow, backend_for
 from ..priorities import check_priority
 
 _DATE_FIELDS = (models.DateField, models.TimeField)  # DateTimeField is a DateField
@@ -90,12 +96,17 @@ class _Column:
 class _Layout:
     """The columns of one call's INSERT: those some row gives, or that take a value."""
 
-    #: Per column of the INSERT: its position in the plan and its placeholder.
+    #: Per column of the INSERT: its position in the plan and its placeholder (SQL whose
+    #: first ``%s``, if any, is the column's parameter).
     columns: list[tuple[int, str]]
-    #: Plan position -> index in a row's parameters (columns with a placeholder ``%s``).
+    #: Plan position -> index in a row's parameters (the columns whose value may differ
+    #: from row to row: some row gives it, or it takes a callable default).
     index: dict[int, int]
     #: A row's parameters before its own values.
     base: list[Any]
+    #: Plan position -> the parameter every row of the call shares (already adapted): sent
+    #: once per statement, not once per row (:meth:`InsertPlan.sql`).
+    shared: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,7 +130,9 @@ class InsertPlan:
     columns: list[_Column]
     #: Field names and attnames a mapping may use, to their column's position.
     positions: dict[str, int]
-    _sql: dict[tuple[tuple[tuple[int, str], ...], int], str] = field(default_factory=dict)
+    _sql: dict[tuple[tuple[tuple[int, str], ...], frozenset[int], int], tuple[str, list[str]]] = field(
+        default_factory=dict
+    )
 
     def accepts(self, keys: Sequence[str]) -> bool:
         """Whether a mapping with these keys can go without an instance (all are columns)."""
@@ -167,11 +180,17 @@ class InsertPlan:
         fields = [self.columns[position].field for position, _ in layout.columns]
         most = connection.ops.bulk_batch_size(fields, [None] * batch_size) if fields else batch_size
         size = max(1, min(batch_size, most or batch_size))
+        shared = {_shared_name(position): value for position, value in layout.shared.items()}
         with connection.cursor() as cursor:
             for start in range(0, len(rows), size):
                 batch = rows[start : start + size]
+                sql, names = self.sql(layout, len(batch))
+                params: Any = [value for row in batch for value in row]
+                if shared:
+                    params = dict(zip(names, params, strict=True))
+                    params.update(shared)
                 try:
-                    cursor.execute(self.sql(layout, len(batch)), [value for row in batch for value in row])
+                    cursor.execute(sql, params)
                 except (TypeError, ValueError) as exc:
                     # A value the driver adapts itself and could not (psycopg dumps JSON when
                     # it sends it); the caller's atomic block writes nothing of the call.
@@ -181,19 +200,40 @@ class InsertPlan:
                     ) from exc
         return len(rows)
 
-    def sql(self, layout: _Layout, count: int) -> str:
-        """The INSERT of ``count`` rows of ``layout`` (built once per layout and batch size)."""
-        key = (tuple(layout.columns), count)
+    def sql(self, layout: _Layout, count: int) -> tuple[str, list[str]]:
+        """The INSERT of ``count`` rows of ``layout`` and the names of its per-row parameters
+        in the order of the rows' values (built once per layout and batch size).
+
+        With values every row shares (``layout.shared``: where the backend
+        ``shares_named_parameters``), parameters are named (``%(name)s``, which Django's
+        cursor passes on): a shared value is one name used in every row, so the driver
+        quotes it once per statement, not once per row (on MariaDB the client's largest cost
+        per row was quoting the constants: the state, the priority, the attempts). Without,
+        the placeholders stay positional (``%s``) and the names are not used."""
+        key = (tuple(layout.columns), frozenset(layout.shared), count)
         found = self._sql.get(key)
         if found is None:
             connection = connections[self.using]
             quote = connection.ops.quote_name
             fields = [self.columns[position].field for position, _ in layout.columns]
             names = ", ".join(quote(cast(str, f.column)) for f in fields)
-            # One list of placeholders per row (django-stubs types it as one row's strings).
-            placeholders: Any = [[placeholder for _, placeholder in layout.columns]] * count
+            placeholders: Any = []  # per row, one placeholder per column
+            per_row: list[str] = []
+            for _ in range(count):
+                row = []
+                for position, placeholder in layout.columns:
+                    if position in layout.shared:
+                        name = _shared_name(position)
+                    elif layout.shared and position in layout.index:
+                        name = f"v{len(per_row)}"
+                        per_row.append(name)
+                    else:  # the clock's SQL, or a positional parameter
+                        row.append(placeholder)
+                        continue
+                    row.append(placeholder.replace("%s", f"%({name})s", 1))
+                placeholders.append(row)
             values = connection.ops.bulk_insert_sql(fields, placeholders)
-            found = f"INSERT INTO {quote(self.model._meta.db_table)} ({names}) {values}"
+            found = (f"INSERT INTO {quote(self.model._meta.db_table)} ({names}) {values}", per_row)
             self._sql[key] = found
         return found
 
@@ -206,27 +246,31 @@ class InsertPlan:
         defaults: Mapping[str, Any],
         connection: Any,
     ) -> _Layout:
-        given = {self.positions[key] for keys in shapes for key in keys}
+        overridden = {self.positions[name] for name in fixed}
+        # The columns whose value may differ from row to row: one a row gives (over no fixed
+        # value), or a callable default's; every other column with a parameter is shared.
+        varying = {self.positions[key] for keys in shapes for key in keys} - overridden
+        varying |= {p for p, c in enumerate(self.columns) if c.per_row is not None and p not in overridden}
         values = {self.positions[name]: value for name, value in {**defaults, **fixed}.items()}
-        columns: list[tuple[int, str]] = []
-        index: dict[int, int] = {}
-        base: list[Any] = []
+        shares = backend_for(self.using).shares_named_parameters
+        layout = _Layout(columns=[], index={}, base=[])
         for position, column in enumerate(self.columns):
-            if position in values or position in given or column.per_row is not None:
+            if position in values or position in varying:
                 placeholder = f"COALESCE(%s, {column.clock})" if column.clock else "%s"
             elif column.clock:
-                columns.append((position, column.clock))  # every row: the database's clock
+                layout.columns.append((position, column.clock))  # every row: the database's clock
                 continue
             elif column.omissible():
                 continue
             else:
                 placeholder = "%s"
-            columns.append((position, placeholder))
-            index[position] = len(base)
-            base.append(column.constant)
-        layout = _Layout(columns=columns, index=index, base=base)
-        for position, value in values.items():
-            base[index[position]] = self._adapt(None, position, value, connection)
+            layout.columns.append((position, placeholder))
+            value = self._adapt(None, position, values[position], connection) if position in values else None
+            if position in varying or not shares:
+                layout.index[position] = len(layout.base)
+                layout.base.append(value if position in values else column.constant)
+            else:
+                layout.shared[position] = value if position in values else column.constant
         return layout
 
     def _shape(
@@ -234,13 +278,14 @@ class InsertPlan:
     ) -> _Shape:
         """How rows giving ``keys`` fill their parameters: a value given over a fixed one is
         ignored (``overridden``); a column with a preset value takes no default per row."""
+        connection = connections[self.using]
         taken = {self.positions[key] for key in keys}
         if len(taken) != len(keys):  # a field given twice (by name and by attname)
             raise TypeError(f"{self.model.__name__}: a field is given twice among {sorted(keys)}")
         given = [(self.positions[key], key) for key in keys if self.positions[key] not in overridden]
         return _Shape(
             given=[
-                (layout.index[position], key, _adapter(self.columns[position].field))
+                (layout.index[position], key, _adapter(self.columns[position].field, connection))
                 for position, key in given
             ],
             per_row=[
@@ -270,12 +315,15 @@ _TEXT_CONVERSIONS = {
 }
 
 
-def _adapter(model_field: models.Field[Any, Any]) -> Callable[[Any, Any], Any]:
-    """How a row's value of ``model_field`` becomes its parameter: ``get_db_prep_save``, with
-    a ``str`` for a text field passed as it is (what that chain of four calls returns for
-    it, without the calls: a kind, a queue name, an email per row). Decided once per column."""
+def _adapter(model_field: models.Field[Any, Any], connection: Any) -> Callable[[Any, Any], Any]:
+    """How a row's value of ``model_field`` becomes its parameter: ``get_db_prep_save``, or,
+    where that chain of calls is known to give what a shorter path gives, the shorter path
+    (decided once per column): a ``str`` for a text field passed as it is (a kind, a queue
+    name, an email per row), a JSON document encoded directly (:func:`_json_adapter`)."""
     prep = model_field.get_db_prep_save
     kind = type(model_field)
+    if isinstance(model_field, models.JSONField):
+        return _json_adapter(model_field, connection) or prep
     if (
         kind.get_db_prep_save is not models.Field.get_db_prep_save
         or kind.get_db_prep_value is not models.Field.get_db_prep_value
@@ -287,6 +335,42 @@ def _adapter(model_field: models.Field[Any, Any]) -> Callable[[Any, Any], Any]:
         return value if type(value) is str else prep(value, connection)
 
     return text
+
+
+#: What ``json.dumps(value)`` calls (its default encoder, which Django's JSONField uses
+#: without an ``encoder``): the same text, without ``dumps``'s checks of its keywords.
+_ENCODE_JSON = json.JSONEncoder().encode
+
+
+def _json_adapter(
+    model_field: models.JSONField[Any, Any], connection: Any
+) -> Callable[[Any, Any], Any] | None:
+    """A ``dict`` or ``list`` of Django's own ``JSONField`` without an encoder, on a database
+    whose operations keep the base ``adapt_json_value`` (``json.dumps(value, cls=None)``;
+    MariaDB, MySQL, SQLite): the default encoder's text, the bytes that chain stores, without
+    its five calls per row. Elsewhere (PostgreSQL wraps the value for psycopg to dump), a
+    field subclass or an encoder: None, and the field's own ``get_db_prep_save``."""
+    kind = type(model_field)
+    if (
+        model_field.encoder is not None
+        or type(connection.ops).adapt_json_value is not BaseDatabaseOperations.adapt_json_value
+        or kind.get_db_prep_save is not models.JSONField.get_db_prep_save
+        or kind.get_db_prep_value is not models.JSONField.get_db_prep_value
+        or kind.get_prep_value is not models.Field.get_prep_value
+    ):
+        return None
+    prep = model_field.get_db_prep_save
+
+    def document(value: Any, connection: Any) -> Any:
+        kind = type(value)
+        return _ENCODE_JSON(value) if kind is dict or kind is list else prep(value, connection)
+
+    return document
+
+
+def _shared_name(position: int) -> str:
+    """The parameter name of the column at ``position`` when all rows share its value."""
+    return f"c{position}"
 
 
 def _clock_sql(using: str) -> str:

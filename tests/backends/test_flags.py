@@ -103,3 +103,13 @@ def test_as_text_casts_a_column_to_text_the_server_compares(backend: QueueBacken
             [KIND, str(value)],
         )
         assert list(cursor.fetchall()) == [(str(value),)]
+
+
+def test_shares_named_parameters_where_a_repeated_name_is_quoted_once(backend: QueueBackend) -> None:
+    # bulk_enqueue() sends a value every row shares as one named parameter used by every row
+    # (queue/inserts.py): Django's cursor must pass a repeated name on, and the driver fill
+    # every place with the one value.
+    assert backend.shares_named_parameters is (vendor() == "mysql")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %(a)s, %(b)s, %(a)s", {"a": 7, "b": "x"})
+        assert tuple(cursor.fetchone()) == (7, "x", 7)

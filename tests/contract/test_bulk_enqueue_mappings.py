@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext, isolate_apps
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 
-from django_dbqueue.backends import read_now
+from django_dbqueue.backends import backend_for, read_now
 from django_dbqueue.composition import batch
 from django_dbqueue.models import Message
 from django_dbqueue.queue import inserts
@@ -179,10 +179,17 @@ def test_a_field_computing_its_own_value_needs_an_instance() -> None:
     assert inserts.plan_for(Article, "default") is None  # bulk_enqueue builds instances then
     plan = inserts.plan_for(Stamped, "default")
     assert plan is not None  # auto_now_add: one pre_save() value per batch
-    _layout, params = plan.rows(
+    layout, params = plan.rows(
         [{}, {"stamped": datetime(2000, 1, 1, tzinfo=timezone.get_current_timezone())}], {}, {}
     )
-    assert len({row[0] for row in params}) == 1  # the given value is overridden, as Django does
+    # The given value is overridden, as Django does: one value for every row (shared by the
+    # rows where the backend sends it as one named parameter).
+    if backend_for("default").shares_named_parameters:
+        assert params == [[], []]
+        stamped = list(layout.shared.values())
+    else:
+        stamped = [row[0] for row in params]
+    assert len(set(stamped)) == 1 and "2000" not in str(stamped[0])
 
 
 def test_bad_input_names_the_row_and_writes_nothing() -> None:
@@ -246,3 +253,44 @@ def test_text_values_pass_as_they_are_and_others_are_converted_by_the_field() ->
         "lazy",
         "tagged",
     ]
+
+
+def test_a_value_every_row_shares_is_one_parameter_where_the_driver_quotes_it_once() -> None:
+    sent: list[Any] = []
+
+    def wrapper(execute, sql, params, many, context):
+        if sql.lstrip()[:6].upper() == "INSERT":
+            sent.append(params)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        assert Job.objects.bulk_enqueue([{"name": f"n{i}"} for i in range(50)]) == 50
+    rows = Job.objects.values_list("name", "action", "queue_state")
+    assert sorted(rows) == sorted((f"n{i}", "ok", QueueState.READY) for i in range(50))
+    (params,) = sent
+    if backend_for("default").shares_named_parameters:
+        values = list(params.values())
+        # The state, the action's default, ...: each once per statement, not once per row.
+        assert values.count(QueueState.READY) == 1
+        assert len(values) < 2 * 50
+    else:  # positional parameters: one value per row
+        values = list(params)
+        assert values.count(QueueState.READY) == 50
+    assert sorted(v for v in values if isinstance(v, str) and v.startswith("n")) == sorted(
+        f"n{i}" for i in range(50)
+    )
+
+
+def test_json_documents_are_sent_as_the_field_would_send_them() -> None:
+    plan = inserts.plan_for(HostileJob, "default")
+    assert plan is not None
+    documents: list[Any] = [{"b": 1, "a": "Zoë", "n": [1.5, None, True]}, [1, {"x": "y"}], "text", 3]
+    layout, params = plan.rows([{"data": document} for document in documents], {}, {})
+    index = layout.index[plan.positions["data"]]
+    data = HostileJob._meta.get_field("data")
+    expected = [data.get_db_prep_save(document, connection) for document in documents]
+    if all(isinstance(value, str) for value in expected):  # text: the same bytes stored
+        assert [row[index] for row in params] == expected
+    else:  # a wrapper the driver dumps (psycopg's Jsonb): the field's own, of the same value
+        assert [type(row[index]) for row in params] == [type(value) for value in expected]
+        assert [row[index].obj for row in params] == documents
