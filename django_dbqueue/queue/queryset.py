@@ -163,15 +163,15 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
                 # No row locks (SQLite): the UPDATE is a compare-and-set, and the rows a
                 # concurrent claimer took are not ours (loaded by token below).
                 rows = rows.filter(queue_state=QueueState.READY)
+            claim = Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=now)
             rows.update(
                 queue_state=QueueState.RUNNING,
                 queue_token=token,
                 queue_locked_by=worker_id,
-                queue_locked_until=now + lease,
-                queue_last_attempt_at=now,
                 queue_attempts=F("queue_attempts") + 1,
+                **claim.times(),
             )
-        return Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=now), ids
+        return claim, ids
 
     def _load(self, claim: Claim, ids: list[Any]) -> list[_Row]:
         """The claimed rows as instances, in claim order (``ids``'). Loading runs field converters
@@ -182,7 +182,7 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
             # One SELECT built once per model (queue/loading.py); a model whose rows a
             # QuerySet reads differently (a parent's table, a base manager) keeps the QuerySet.
             if loadable(self.model):
-                loaded = row_loader(self.model, claim.using).load(ids, claim.token)
+                loaded = row_loader(self.model, claim.using).load(ids, claim)
             else:
                 loaded = _in_claim_order(list(held.filter(pk__in=ids)), ids)
         except DatabaseError:
