@@ -88,3 +88,23 @@ def test_the_claims_times_are_given_as_written_not_read_back() -> None:
     stored = Noop._base_manager.filter(pk__in=[row.pk for row in claimed])
     for held in stored.values("queue_locked_until", "queue_last_attempt_at"):
         assert held == claim.times()
+
+
+def test_the_claims_update_writes_the_claim_and_counts_the_attempt() -> None:
+    """The claim's UPDATE (queue/statements.py, built once per model): RUNNING under the
+    claim's token and worker, at its times, one more attempt, the rows not taken untouched."""
+    Noop.objects.bulk_create([Noop(queue_attempts=2) for _ in range(6)])
+    first, second = Noop.objects.claim(3, worker_id="w-1"), Noop.objects.claim(2, worker_id="w-2")
+    for claimed, worker in ((first, "w-1"), (second, "w-2")):
+        claim = claimed[0].queue_claim()
+        stored = Noop._base_manager.filter(pk__in=[row.pk for row in claimed])
+        for held in stored.values("queue_state", "queue_token", "queue_locked_by", "queue_attempts"):
+            assert held == {
+                "queue_state": "running",
+                "queue_token": claim.token,
+                "queue_locked_by": worker,
+                "queue_attempts": 3,
+            }
+        assert [row.queue_attempts for row in claimed] == [3] * len(claimed)
+    (left,) = Noop._base_manager.exclude(pk__in=[row.pk for row in first + second])
+    assert (left.queue_state, left.queue_token, left.queue_attempts) == ("ready", None, 2)
