@@ -21,13 +21,14 @@ import importlib.util
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, router
 from django.http import HttpRequest, HttpResponse
 
 from .. import signals
+from ..queue import extensions
 from ..queue.mixin import queue_models
 from ..tables.worker_process import WorkerProcess
 from .status import oldest_wait
@@ -141,8 +142,16 @@ def on_claimed(sender: Any, rows: list[QueueMixin], **kwargs: Any) -> None:
         m.of("claimed", key).inc(count)
 
 
-def on_succeeded(sender: Any, row: QueueMixin, **kwargs: Any) -> None:
-    metrics().of("succeeded", labels(row)).inc()
+def count_succeeded(model: type[QueueRow], rows: Sequence[QueueRow]) -> None:
+    """The successes of one committed write (``queue.extensions.succeeded``): one add per
+    label, where a ``job_succeeded`` receiver was a signal and an add per row."""
+    succeeded: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = labels(row)
+        succeeded[key] = succeeded.get(key, 0) + 1
+    m = metrics()
+    for key, count in succeeded.items():
+        m.of("succeeded", key).inc(count)
 
 
 def on_failed(sender: Any, row: QueueMixin, retry_at: Any, **kwargs: Any) -> None:
@@ -198,19 +207,20 @@ _connected = False
 
 
 def connect() -> None:
-    """Count the queue's signals (at app start, when prometheus_client is installed)."""
+    """Count the queue's signals and its successes (at app start, when prometheus_client is
+    installed)."""
     global _connected
     if _connected or not available():
         return
     for signal, receiver in (
         (signals.job_claimed, on_claimed),
-        (signals.job_succeeded, on_succeeded),
         (signals.job_failed, on_failed),
         (signals.job_cancelled, on_cancelled),
         (signals.job_rescued, on_rescued),
         (signals.job_rejected, on_rejected),
     ):
         signal.connect(receiver, dispatch_uid=f"django_dbqueue.metrics.{receiver.__name__}")
+    extensions.succeeded.register("metrics", count_succeeded)
     _connected = True
 
 

@@ -27,6 +27,7 @@ The wings register (``flow/extensions.py``, ``composition/extensions.py``,
 ``keyed_models``          flow control's unique keys: whether a model's rows go in one by one
 ``value_stamps``          composition's batch and the trace context for rows inserted as values
 ``ended``                 composition's batches and chains (``composition.hooks.finished``)
+``succeeded``             the metrics' success counter, once per committed write (``metrics``)
 ``cancelled_in_claim``    cancellation: the requests a claim's CANCELLED end answered
 ``cancel_requests``       cancellation: the expired rows someone asked to cancel (the rescue)
 ``pause_queue`` …         the QuerySet's ``pause()``, ``resume()``, ``cancel_running()``
@@ -177,8 +178,16 @@ class CancelRequests(Protocol):
         pk -> the reason their end keeps."""
 
 
+class Succeeded(Protocol):
+    def __call__(self, model: type[QueueRow], rows: Sequence[Any]) -> None:
+        """The rows whose success one write recorded, once its transaction committed: a
+        count per write, where a ``job_succeeded`` receiver is called once per row (a lease-mode
+        flush records hundreds)."""
+
+
 #: Every end for good: a worker's, the rescue's, an operator's bulk ``cancel()``.
 ended: ExtensionPoint[Ended] = ExtensionPoint("end")
+succeeded: ExtensionPoint[Succeeded] = ExtensionPoint("succeeded")
 cancelled_in_claim: ExtensionPoint[CancelledInClaim] = ExtensionPoint("cancelled in claim")
 cancel_requests: ExtensionPoint[CancelRequests] = ExtensionPoint("cancel requests")
 

@@ -20,6 +20,9 @@ from typing import Any
 #: nobody else's attempts, and is charged for its own (see rescue.py).
 RUN_ALONE = 0
 
+#: The time columns a claim's UPDATE writes from the claim's own values (``Claim.times()``).
+CLAIM_TIMES = ("queue_last_attempt_at", "queue_locked_until")
+
 
 def new_token() -> int:
     """A fresh claim token: random and positive (an outcome stores it negated, a rescue
@@ -65,6 +68,12 @@ class Claim:
     def now(self) -> datetime:
         """The database's time now, estimated from the claim."""
         return self.claimed_at + timedelta(seconds=time.monotonic() - self.monotonic_at)
+
+    def times(self) -> dict[str, datetime]:
+        """The times the claim's UPDATE writes on its rows (the database's clock at the claim,
+        and that plus the lease): the row loader gives them to the instances as written
+        instead of reading them back (see ``queue/loading.py``)."""
+        return dict(zip(CLAIM_TIMES, (self.claimed_at, self.claimed_at + self.lease), strict=True))
 
 
 def run_alone_apart(locked: list[tuple[Any, int | None]]) -> list[Any]:

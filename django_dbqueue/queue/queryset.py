@@ -33,6 +33,7 @@ from .loading import loadable, row_loader
 from .outcome import Outcome
 from .record import record
 from .row import COMPOSITION_FIELDS, QueueRow
+from .statements import statements
 
 #: The rows of the QuerySet: a claim hands back instances of its own model (users' code and
 #: the worker call ``process()``, ``mark_succeeded()`` on them). Generic in the model, as
@@ -158,20 +159,27 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
             ids = run_alone_apart([(pk, token) for pk, token, _ in locked])
             if gate is not None:
                 gate.charge(ids)
-            rows = self.model._base_manager.using(using).filter(pk__in=ids)
-            if not backend_for(using).skip_locked:
-                # No row locks (SQLite): the UPDATE is a compare-and-set, and the rows a
-                # concurrent claimer took are not ours (loaded by token below).
-                rows = rows.filter(queue_state=QueueState.READY)
-            rows.update(
-                queue_state=QueueState.RUNNING,
-                queue_token=token,
-                queue_locked_by=worker_id,
-                queue_locked_until=now + lease,
-                queue_last_attempt_at=now,
-                queue_attempts=F("queue_attempts") + 1,
-            )
-        return Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=now), ids
+            claim = Claim(token=token, worker_id=worker_id, lease=lease, using=using, claimed_at=now)
+            # No row locks (SQLite): the UPDATE is a compare-and-set, and the rows a
+            # concurrent claimer took are not ours (loaded by token below).
+            ready_only = not backend_for(using).skip_locked
+            if loadable(self.model):
+                # Built once per model and database (queue/statements.py): through the ORM
+                # each claim compiled it again and passed its hundreds of keys through the
+                # ``pk__in`` lookup (issue #33).
+                statements(self.model, using).take(ids, claim, ready_only)
+            else:  # a parent's table, a base manager's filters: the QuerySet knows them
+                rows = self.model._base_manager.using(using).filter(pk__in=ids)
+                if ready_only:
+                    rows = rows.filter(queue_state=QueueState.READY)
+                rows.update(
+                    queue_state=QueueState.RUNNING,
+                    queue_token=token,
+                    queue_locked_by=worker_id,
+                    queue_attempts=F("queue_attempts") + 1,
+                    **claim.times(),
+                )
+        return claim, ids
 
     def _load(self, claim: Claim, ids: list[Any]) -> list[_Row]:
         """The claimed rows as instances, in claim order (``ids``'). Loading runs field converters
@@ -182,7 +190,7 @@ class QueueQuerySetMixin(_QuerySetBase[_Row]):
             # One SELECT built once per model (queue/loading.py); a model whose rows a
             # QuerySet reads differently (a parent's table, a base manager) keeps the QuerySet.
             if loadable(self.model):
-                loaded = row_loader(self.model, claim.using).load(ids, claim.token)
+                loaded = row_loader(self.model, claim.using).load(ids, claim)
             else:
                 loaded = _in_claim_order(list(held.filter(pk__in=ids)), ids)
         except DatabaseError:

@@ -512,14 +512,30 @@ def _announce(model: type[QueueRow], using: str, announcements: list[tuple[Signa
     # Asked once per signal, not once per row: a flush of 500 successes is one question.
     heard = {signal: signal.has_listeners(model) for signal in {signal for signal, _kwargs in announcements}}
     wanted = [(signal, kwargs) for signal, kwargs in announcements if heard[signal]]
-    if not wanted:
+    # The successes' counters (metrics) take the write's rows at once, not a signal per row.
+    succeeded = (
+        [kwargs["row"] for signal, kwargs in announcements if signal is signals.job_succeeded]
+        if extensions.succeeded
+        else []
+    )
+    if not wanted and not succeeded:
         return
 
     def send() -> None:
+        if succeeded:
+            _count_succeeded(model, succeeded)
         for signal, kwargs in wanted:
             announce(signal, model, **kwargs)
 
     transaction.on_commit(send, using=using)
+
+
+def _count_succeeded(model: type[QueueRow], rows: list[QueueRow]) -> None:
+    for count in extensions.succeeded:
+        try:
+            count(model, rows)
+        except Exception:  # as a signal receiver's: logged, and the worker goes on
+            logger.exception("counting %d successes of %s raised", len(rows), model._meta.label)
 
 
 def announce(signal: Signal, model: type[QueueRow], **kwargs: Any) -> None:

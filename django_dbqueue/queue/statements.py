@@ -22,7 +22,7 @@ from django.db import connections, models
 
 from ..backends.columns import quoted_column
 from ..states import QueueState
-from .lease import Claim
+from .lease import CLAIM_TIMES, Claim
 
 if TYPE_CHECKING:
     from .row import QueueRow
@@ -62,6 +62,17 @@ class Statements:
             f"{column('queue_finished_at')} = %s, {column('queue_locked_until')} = NULL, "
             f"{column('queue_last_error')} = %s {self.where}"
         )
+        #: The claim's UPDATE: the parameters' fields (the state, the token, the worker, the
+        #: claim's times), then the keys; ``queue_attempts`` counted up by the database.
+        self._taking = [
+            cast(models.Field, model._meta.get_field(name))
+            for name in ("queue_state", "queue_token", "queue_locked_by", *CLAIM_TIMES)
+        ]
+        attempts = column("queue_attempts")
+        assigned = ", ".join(f"{quote(cast(str, field.column))} = %s" for field in self._taking)
+        self._take = f"UPDATE {table} SET {assigned}, {attempts} = {attempts} + 1 WHERE {pk} IN ({KEYS})"
+        #: SQLite (no row locks): the claim's UPDATE is a compare-and-set on the state.
+        self._take_ready = f"{self._take} AND {column('queue_state')} = %s"
 
     def _keys(self, ids: Sequence[Any], connection: Any = None) -> tuple[str, list[Any]]:
         # The caller's connection when it has it: each ``connections[alias]`` is a look-up in
@@ -79,6 +90,25 @@ class Statements:
         # The database's spelling of a key (a UUID's hex on MySQL) back to the instances'.
         by_db = dict(zip(keys, ids, strict=True))
         return {by_db.get(pk, pk) for pk in found}
+
+    def take(self, ids: Sequence[Any], claim: Claim, ready_only: bool = False) -> int:
+        """The claim's UPDATE of the rows of ``ids`` (locked by its transaction): RUNNING under
+        ``claim``'s token and worker, at its times, one more attempt. ``ready_only``: only
+        those still READY (a database without row locks). Returns how many it took."""
+        connection = connections[self.using]
+        marks, keys = self._keys(ids, connection)
+        values = (str(QueueState.RUNNING), claim.token, claim.worker_id, *claim.times().values())
+        params = [
+            field.get_db_prep_save(value, connection)
+            for field, value in zip(self._taking, values, strict=True)
+        ]
+        params += keys
+        sql = (self._take_ready if ready_only else self._take).replace(KEYS, marks)
+        if ready_only:
+            params.append(str(QueueState.READY))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
 
     def succeed(self, ids: Sequence[Any], claim: Claim, finished_at: datetime) -> int:
         """Mark the rows of ``ids`` still held by ``claim`` SUCCEEDED; return how many."""

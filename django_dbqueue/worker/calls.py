@@ -62,10 +62,18 @@ class HandlerCall:
         #: SIGALRM enforces ``queue_timeout``: set while the worker's signal handlers are
         #: installed (main thread only; see ``shutdown``).
         self.alarm = False
+        #: Whether spans go anywhere, as :meth:`for_claim` found it; None: asked per job.
+        self.tracing: bool | None = None
+
+    def for_claim(self) -> None:
+        """Ask once for a claim's jobs whether spans go anywhere: ``traces.active()`` reads the
+        environment, a cost per job of a lease-mode claim of hundreds. A tracer provider set
+        by a handler then takes effect from the next claim on."""
+        self.tracing = traces.active()
 
     def __call__(self, row: QueueMixin) -> BaseException | None:
         """Run one handler, in its span and timed; return what it raised (None on success)."""
-        if not traces.active():
+        if not (traces.active() if self.tracing is None else self.tracing):
             # No span to open: only the timing, without the two context managers per job.
             started = time.monotonic()
             error = self._call(row)

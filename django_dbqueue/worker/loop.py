@@ -217,6 +217,7 @@ class Worker:
         signals.job_claimed.send(model, rows=rows, worker_id=self.worker_id)
         self.keeper.hold(model, claim, [row.pk for row in rows])
         self.on_claim(model, claim.token, True)
+        self.call.for_claim()
         started = time.monotonic()
         try:
             execute(self.execution, model, rows, claim)

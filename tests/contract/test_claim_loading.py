@@ -69,6 +69,42 @@ def test_the_loader_takes_only_the_rows_of_its_token() -> None:
     Noop.objects.bulk_create([Noop() for _ in range(4)])
     first, second = Noop.objects.claim(2), Noop.objects.claim(2)
     ids = [row.pk for row in first + second]
-    token = first[0].queue_claim().token
-    assert {row.pk for row in row_loader(Noop, "default").load(ids, token)} == {row.pk for row in first}
-    assert row_loader(Noop, "default").load([], token) == []
+    claim = first[0].queue_claim()
+    assert {row.pk for row in row_loader(Noop, "default").load(ids, claim)} == {row.pk for row in first}
+    assert row_loader(Noop, "default").load([], claim) == []
+
+
+def test_the_claims_times_are_given_as_written_not_read_back() -> None:
+    """The times the claim's UPDATE wrote (``Claim.times()``) are not in the loader's SELECT:
+    the instances get the values written, which the rows hold."""
+    Noop.objects.bulk_create([Noop() for _ in range(3)])
+    claimed = Noop.objects.claim(3)
+    claim = claimed[0].queue_claim()
+    with CaptureQueriesContext(connection) as queries:
+        row_loader(Noop, "default").load([row.pk for row in claimed], claim)
+    (select,) = [q["sql"] for q in queries.captured_queries if q["sql"].upper().startswith("SELECT")]
+    assert "queue_locked_until" not in select and "queue_last_attempt_at" not in select
+    assert "queue_run_at" in select
+    stored = Noop._base_manager.filter(pk__in=[row.pk for row in claimed])
+    for held in stored.values("queue_locked_until", "queue_last_attempt_at"):
+        assert held == claim.times()
+
+
+def test_the_claims_update_writes_the_claim_and_counts_the_attempt() -> None:
+    """The claim's UPDATE (queue/statements.py, built once per model): RUNNING under the
+    claim's token and worker, at its times, one more attempt, the rows not taken untouched."""
+    Noop.objects.bulk_create([Noop(queue_attempts=2) for _ in range(6)])
+    first, second = Noop.objects.claim(3, worker_id="w-1"), Noop.objects.claim(2, worker_id="w-2")
+    for claimed, worker in ((first, "w-1"), (second, "w-2")):
+        claim = claimed[0].queue_claim()
+        stored = Noop._base_manager.filter(pk__in=[row.pk for row in claimed])
+        for held in stored.values("queue_state", "queue_token", "queue_locked_by", "queue_attempts"):
+            assert held == {
+                "queue_state": "running",
+                "queue_token": claim.token,
+                "queue_locked_by": worker,
+                "queue_attempts": 3,
+            }
+        assert [row.queue_attempts for row in claimed] == [3] * len(claimed)
+    (left,) = Noop._base_manager.exclude(pk__in=[row.pk for row in first + second])
+    assert (left.queue_state, left.queue_token, left.queue_attempts) == ("ready", None, 2)

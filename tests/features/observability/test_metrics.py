@@ -13,6 +13,7 @@ from django.db.models import Count
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from django_dbqueue import signals
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.conftest import wait_until
@@ -124,6 +125,16 @@ def test_signals_are_counted_in_process() -> None:
     Job.objects.create(name="one")
     Worker(models=[Job], burst=True, handle_signals=False).run()  # in this process
     assert sample("dbqueue_jobs_succeeded_total") == before + 1
+
+
+def test_a_flush_of_successes_is_counted_at_once_without_a_signal_per_row() -> None:
+    """The success counter takes a write's rows at once (``queue.extensions.succeeded``): a
+    model nobody else listens to sends no ``job_succeeded`` per row, and every success counts."""
+    assert not signals.job_succeeded.has_listeners(Job)
+    before = sample("dbqueue_jobs_succeeded_total")
+    Job.objects.bulk_create([Job(name=str(i)) for i in range(25)])
+    Worker(models=[Job], burst=True, batch_size=25, handle_signals=False).run()
+    assert sample("dbqueue_jobs_succeeded_total") == before + 25
 
 
 @pytest.mark.parametrize("value", ["0", "65536", "http"])

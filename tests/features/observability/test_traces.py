@@ -172,3 +172,19 @@ def test_a_task_runs_in_the_trace_that_enqueued_it(spans: InMemorySpanExporter) 
     job = next(s for s in spans.get_finished_spans() if s.name == "process django_dbqueue.TaskRecord")
     assert job.context.trace_id == request.get_span_context().trace_id
     assert job.attributes["dbqueue.queue"] == "default"
+
+
+def test_whether_spans_go_anywhere_is_asked_once_per_claim(monkeypatch) -> None:
+    """``traces.active()`` reads the environment: a claim's handlers ask it once, not per job
+    (with no tracer provider, as here, nothing else asks it for a job)."""
+    Job.objects.bulk_create([Job(name=str(i)) for i in range(20)])
+    asked = []
+
+    def counted() -> bool:
+        asked.append(1)
+        return False
+
+    monkeypatch.setattr(traces, "active", counted)
+    stats = Worker(models=[Job], burst=True, batch_size=20, handle_signals=False).run()
+    assert stats.succeeded == 20
+    assert len(asked) < 20 / 2, asked
