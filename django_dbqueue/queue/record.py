@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
@@ -152,19 +153,24 @@ def _after_success(
     # return at once): the common success pays for no list and no call.
     if any(row.queue_batch is not None or row.queue_dependants for row in rows):
         extensions.tell_ended(model, claim.using, succeeded=[row for row in rows if row.pk in written])
-    values = {
-        "queue_state": QueueState.SUCCEEDED,
-        "queue_token": -claim.token,
-        "queue_finished_at": now,
-        "queue_locked_until": None,
-        "queue_last_error": "",
-    }
+    values = _success_values(claim, now)
     every = len(written) == len(rows)  # the common case: no pk to read again per row
     for row in rows:
         if every or row.pk in written:
             out.update(row, values)
             out.announcements.append((signals.job_succeeded, {"row": row}))
     out.written |= written
+
+
+def _success_values(claim: Claim, now: datetime) -> dict[str, Any]:
+    """The queue columns of a success written at ``now`` (the instance gets them too)."""
+    return {
+        "queue_state": QueueState.SUCCEEDED,
+        "queue_token": -claim.token,
+        "queue_finished_at": now,
+        "queue_locked_until": None,
+        "queue_last_error": "",
+    }
 
 
 # -- atomic mode's success, written before its handler runs ---------------------------------------
@@ -194,11 +200,21 @@ def record_fenced_success(model: type[QueueRow], claim: Claim, row: QueueRow, no
     on commit. A row its handler deleted has no attempt row to copy: its outcome is rejected
     (logged; the handler's writes commit) when the history is on (its INSERT's row count
     tells); with the history off nothing is sent, and the deletion goes unnoticed."""
-    recorded = Recorded()
-    copied = copy_attempts(model, claim.using, [row.pk], -claim.token, AttemptOutcome.SUCCEEDED, now)
-    written = set() if copied == 0 else {row.pk}
-    _after_success(model, claim, [row], written, now, recorded)
-    return _written(model, claim, [Outcome.succeeded(row)], recorded)
+    pk = row.pk
+    copied = copy_attempts(model, claim.using, [pk], -claim.token, AttemptOutcome.SUCCEEDED, now)
+    if copied == 0:  # the handler deleted its row: the general path logs the outcome late
+        recorded = Recorded()
+        _after_success(model, claim, [row], set(), now, recorded)
+        return _written(model, claim, [Outcome.succeeded(row)], recorded)
+    # One row written: what _after_success() and _written() do for it, without their lists
+    # and groupings (atomic mode's every job comes here; issue #33).
+    if row.queue_batch is not None or row.queue_dependants:
+        extensions.tell_ended(model, claim.using, succeeded=[row])
+    for name, value in _success_values(claim, now).items():
+        setattr(row, name, value)
+    if signals.job_succeeded.has_listeners(model):
+        transaction.on_commit(partial(announce, signals.job_succeeded, model, row=row), using=claim.using)
+    return Recorded(written={pk})
 
 
 def _failed(model: type[QueueRow], claim: Claim, group: list[Outcome], now: datetime, out: Recorded) -> None:
