@@ -20,7 +20,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
@@ -212,8 +211,8 @@ def record_fenced_success(model: type[QueueRow], claim: Claim, row: QueueRow, no
         extensions.tell_ended(model, claim.using, succeeded=[row])
     for name, value in _success_values(claim, now).items():
         setattr(row, name, value)
-    if signals.job_succeeded.has_listeners(model):
-        transaction.on_commit(partial(announce, signals.job_succeeded, model, row=row), using=claim.using)
+    # Its signal and the successes' counters (metrics), on commit, as for a batch's write.
+    _announce(model, claim.using, [(signals.job_succeeded, {"row": row})])
     return Recorded(written={pk})
 
 

@@ -17,7 +17,7 @@ from django_dbqueue import signals
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.conftest import wait_until
-from tests.testapp.models import Job, Ledger
+from tests.testapp.models import AtomicJob, GroupedAtomicJob, Job, Ledger
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,14 +127,16 @@ def test_signals_are_counted_in_process() -> None:
     assert sample("dbqueue_jobs_succeeded_total") == before + 1
 
 
-def test_a_flush_of_successes_is_counted_at_once_without_a_signal_per_row() -> None:
+@pytest.mark.parametrize("model", [Job, AtomicJob, GroupedAtomicJob])
+def test_a_flush_of_successes_is_counted_at_once_without_a_signal_per_row(model: type[Job]) -> None:
     """The success counter takes a write's rows at once (``queue.extensions.succeeded``): a
-    model nobody else listens to sends no ``job_succeeded`` per row, and every success counts."""
-    assert not signals.job_succeeded.has_listeners(Job)
-    before = sample("dbqueue_jobs_succeeded_total")
-    Job.objects.bulk_create([Job(name=str(i)) for i in range(25)])
-    Worker(models=[Job], burst=True, batch_size=25, handle_signals=False).run()
-    assert sample("dbqueue_jobs_succeeded_total") == before + 25
+    model nobody else listens to sends no ``job_succeeded`` per row, and every success counts,
+    in every mode (atomic mode records a job's success by a path of its own)."""
+    assert not signals.job_succeeded.has_listeners(model)
+    before = sample("dbqueue_jobs_succeeded_total", model._meta.label)
+    model.objects.bulk_create([model(name=str(i)) for i in range(25)])
+    Worker(models=[model], burst=True, batch_size=25, handle_signals=False).run()
+    assert sample("dbqueue_jobs_succeeded_total", model._meta.label) == before + 25
 
 
 @pytest.mark.parametrize("value", ["0", "65536", "http"])
@@ -156,10 +158,10 @@ def test_a_port_in_use_is_a_command_error(monkeypatch, tmp_path) -> None:
             )
 
 
-def sample(name: str) -> float:
+def sample(name: str, label: str = LABEL) -> float:
     from prometheus_client import REGISTRY
 
-    return REGISTRY.get_sample_value(name, {"model": LABEL, "queue": ""}) or 0.0
+    return REGISTRY.get_sample_value(name, {"model": label, "queue": ""}) or 0.0
 
 
 def test_rescued_and_rejected_late_outcomes_are_counted() -> None:
