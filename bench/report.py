@@ -11,7 +11,7 @@ from bench import floors
 from bench.chart import chart
 from bench.floors import WORKERS, median, rate
 from bench.floors import enqueue_ratio as _enqueue_ratio
-from bench.report_text import HEADER, METHOD, PROFILE, QUICK, contention_lines, setup_lines
+from bench.report_text import HEADER, LEFT, METHOD, PROFILE, QUICK, contention_lines, setup_lines
 
 #: Sections that other targets write, at the end of BENCHMARKS.md, kept by this rewrite.
 KEPT = (
@@ -201,6 +201,7 @@ def write(results: dict[str, Any], md_path: Path, png_path: Path) -> None:
         lines += [f"* {error}" for error in results["errors"]]
         add("")
     lines += every_drain_lines(runs, counts)
+    add(LEFT)
     add(PROFILE)
     add(METHOD)
     # The sections of make bench-scale, bench-spark and bench-history are not this run's: they
