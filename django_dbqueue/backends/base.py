@@ -42,9 +42,9 @@ class HeadsLockSql:
 
     ``held``: ``SELECT key, count`` of the keys' RUNNING rows. ``rows``: the locking SELECT
     of the due rows whose primary key is in ``ARRAY(SELECT dbqueue_pk FROM dbqueue_heads)``,
-    columns ``(pk, token, database now, key, priority)``. ``move``: the turn's ``UPDATE``,
-    ending in its ``WHERE``, to the key of ``dbqueue_last`` (a CTE the backend defines: the
-    last row locked, in the claim's order). ``limit``: how many heads, at most (a parameter)."""
+    columns ``(pk, token, database now)``. ``move``: the turn's ``UPDATE``, ending in its
+    ``WHERE``, to ``dbqueue_last.dbqueue_key`` (a CTE the backend defines: the key of the
+    last head locked, in the claim's order). ``limit``: how many heads, at most (a parameter)."""
 
     held: SqlParams
     rows: SqlParams

@@ -125,11 +125,11 @@ class PostgreSQLBackend(QueueBackend):
         robin's order) with nothing running, their heads. With no weights those are the fair
         order's first rows (each ranks 1, every other row later; ``fairness/bounded.py``), so
         the rows the claim would lock next are locked here (``SKIP LOCKED``, by primary key,
-        the claim's filters re-checked): part -3, ``(-3, key, token, pk, priority, now)``.
-        ``dbqueue_last``: the last locked row in the claim's order (the latest in the round
-        robin: heads all rank alike), part -4 with its pk when ``dbqueue_move`` moved the turn
-        past its key; the move happens only when the walk locked the turn fresh (a condition
-        on no row: no wait on a turn another claim holds)."""
+        the claim's filters re-checked): part -3, ``(-3, NULL, token, pk, NULL, now)``.
+        ``dbqueue_last``: the key of the last head locked in the claim's order (the latest in
+        the round robin: heads all rank alike), part -4 ``(-4, key, …)`` when ``dbqueue_move``
+        moved the turn past it; the move happens only when the walk locked the turn fresh (a
+        condition on no row: no wait on a turn another claim holds)."""
         walked = " UNION ALL ".join(
             f"SELECT {number} AS dbqueue_part, dbqueue_key, dbqueue_pk FROM dbqueue_walk{number}"
             for number in range(parts)
@@ -139,19 +139,16 @@ class PostgreSQLBackend(QueueBackend):
             f"dbqueue_heads AS (SELECT dbqueue_h.* FROM ({walked}) dbqueue_h WHERE dbqueue_h.dbqueue_pk "
             "IS NOT NULL AND NOT EXISTS (SELECT 1 FROM dbqueue_held WHERE dbqueue_held.dbqueue_key = "
             "dbqueue_h.dbqueue_key) ORDER BY 1, 2 LIMIT %s)",
-            "dbqueue_locked(dbqueue_pk, dbqueue_token, dbqueue_now, dbqueue_key, dbqueue_priority) "
-            f"AS ({lock.rows[0]})",
-            "dbqueue_last AS (SELECT dbqueue_l.dbqueue_pk, dbqueue_l.dbqueue_key FROM dbqueue_locked "
-            "dbqueue_l JOIN dbqueue_heads dbqueue_h ON dbqueue_h.dbqueue_pk = dbqueue_l.dbqueue_pk "
-            "ORDER BY dbqueue_h.dbqueue_part DESC, dbqueue_h.dbqueue_key DESC LIMIT 1)",
+            f"dbqueue_locked(dbqueue_pk, dbqueue_token, dbqueue_now) AS ({lock.rows[0]})",
+            "dbqueue_last AS (SELECT dbqueue_key FROM dbqueue_heads WHERE dbqueue_pk IN (SELECT "
+            "dbqueue_pk FROM dbqueue_locked) ORDER BY dbqueue_part DESC, dbqueue_key DESC LIMIT 1)",
             f"dbqueue_move AS ({lock.move[0]} AND (SELECT "
             "dbqueue_fresh FROM dbqueue_turn) AND EXISTS (SELECT 1 FROM dbqueue_last) RETURNING 1)",
         ]
         selects = [
             "SELECT -1, dbqueue_key, dbqueue_n, NULL, NULL, NULL FROM dbqueue_held",
-            "SELECT -3, dbqueue_key, dbqueue_token, dbqueue_pk, dbqueue_priority, dbqueue_now "
-            "FROM dbqueue_locked",
-            "SELECT -4, NULL, NULL, dbqueue_pk, NULL, NULL FROM dbqueue_last "
+            "SELECT -3, NULL, dbqueue_token, dbqueue_pk, NULL, dbqueue_now FROM dbqueue_locked",
+            "SELECT -4, dbqueue_key, NULL, NULL, NULL, NULL FROM dbqueue_last "
             "WHERE EXISTS (SELECT 1 FROM dbqueue_move)",
         ]
         return ctes, selects, [*lock.held[1], lock.limit, *lock.rows[1], *lock.move[1]]

@@ -171,23 +171,22 @@ class HeadsLock:
     statement of their own when the walk found enough keys (the usual case with many keys).
 
     Filled by :meth:`Walker.walk`: ``locked``, the candidates it locked by primary key
-    (``(pk, token, database now)``, as the claim's lock gives them); ``moved``, whether it
-    moved the turn, and ``moved_to``, to which key."""
+    (``(pk, token, database now)``, as the claim's lock gives them); ``moved_to``, the key it
+    moved the turn past (None: not moved; a head's key is never None)."""
 
     limit: int
     locked: dict[Any, tuple[Any, Any, Any]] = field(default_factory=dict)
-    moved: bool = False
     moved_to: Any = None
 
 
-def _rows_of_heads(qs: models.QuerySet, key: str) -> SqlParams:
+def _rows_of_heads(qs: models.QuerySet) -> SqlParams:
     """The heads' locking SELECT: due rows of ``qs`` whose primary key a walk's
-    ``dbqueue_heads`` names, ``(pk, token, database now, key, priority)``."""
+    ``dbqueue_heads`` names, ``(pk, token, database now)``."""
     ready = qs.ready()  # type: ignore[attr-defined]
     named = RawSQL("ARRAY(SELECT dbqueue_pk FROM dbqueue_heads)", ())
     rows = backend_for(qs.db).with_array(ready, "pk", named).order_by()
     locking = rows.select_for_update(skip_locked=True).annotate(dbqueue_now=DbNow())
-    return compiled(locking.values_list("pk", "queue_token", "dbqueue_now", key, "queue_priority"))
+    return compiled(locking.values_list("pk", "queue_token", "dbqueue_now"))
 
 
 class Walker:
@@ -215,7 +214,7 @@ class Walker:
         return self._marker(("bound", number))
 
     def _heads_lock(self) -> HeadsLockSql:
-        rows = _rows_of_heads(self.qs, self.key)
+        rows = _rows_of_heads(self.qs)
         model, using = self.qs.model, self.qs.db
         move = rotation.move_to_last_locked(model, using, self.key)
         return HeadsLockSql(_running_sql(self.qs, self.key), rows, move, Marker("heads"))
@@ -286,16 +285,14 @@ class Walker:
         read = [0] * len(segments)
         held: dict[Any, int] = {}
         taken: tuple[Any, bool] | None = None
-        moved_pk = _NOT_MOVED
         for number, raw_key, rows, pk, priority, *now in found:
             value = None if raw_key is None else self.to_python(raw_key)
             if number == -4:
-                moved_pk = pk
+                assert lock is not None
+                lock.moved_to = value
             elif number == -3:
                 assert lock is not None
                 lock.locked[pk] = (pk, rows, now[0])
-                if pk == moved_pk:
-                    lock.moved, lock.moved_to = True, value
             elif number == -2:
                 taken = (value, bool(rows))
             elif number == -1:
@@ -305,10 +302,6 @@ class Walker:
                 read[number] += rows or 0
         ran_out = [budget is not None and count >= budget for count in read]
         return list(zip(walked, ran_out, strict=True)), held, taken
-
-
-#: :meth:`Walker.walk`'s mark for "the statement did not move the turn".
-_NOT_MOVED = object()
 
 
 def first_rows(qs: models.QuerySet, key: str, wanted: dict[Any, int]) -> dict[Any, list[Row]]:

@@ -144,7 +144,7 @@ def _fair(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> list[C
         fresh = [(pk, key) for pk, key in order if pk not in key_of]
         key_of.update(order)
         pre = lock.locked if lock is not None and number == 0 else {}
-        if pre and lock is not None and lock.moved:
+        if pre and lock is not None and lock.moved_to is not None:
             moved.append(lock.moved_to)
         # The first statement that locks rows moves the turn past the last of them: the
         # first pass's (after the walk's own move, when it locked heads), else the first.
@@ -191,18 +191,9 @@ def _lock_in_order(
 def _lock_rows(qs: Any, chunk: list[Any], also: tuple[str, ...], move_past: Any) -> list[Candidate]:
     """The rows of ``chunk`` still due, locked (``SKIP LOCKED``); and, when ``move_past`` is
     not None, the turn moved past that key in the same statement (:attr:`locking_ctes`)."""
+    if _built_once(qs, also, move_past):
+        return _built_lock(qs, chunk, move_past)
     backend = backend_for(qs.db)
-    if backend.binds_arrays and not also:
-        # One text for any batch (the keys one array parameter), built once per model,
-        # database and claim filters: compiling the QuerySet on every claim cost a fair claim
-        # of 100 rows about 1 ms of CPU.
-        shape = ("lock", move_past is not None)
-        statement = heads.cached(heads.filters_of(qs), shape, lambda: _array_lock(qs, move_past))
-        prep, connection = qs.model._meta.pk.get_db_prep_value, connections[qs.db]
-        values = {"pks": [prep(pk, connection) for pk in chunk], "turn": rotation.turn_text(move_past)}
-        return statement.fetch(qs.db, values)
-    if _listed(qs, also, move_past):
-        return _listed_lock(qs, chunk)
     chosen = _locking(backend.with_pks(qs.ready(), chunk).order_by(), also)
     write = rotation.move(qs.model, qs.db, move_past)
     if write is None:
@@ -210,37 +201,47 @@ def _lock_rows(qs: Any, chunk: list[Any], also: tuple[str, ...], move_past: Any)
     return _run(qs.db, backend.locking_statement([compiled(chosen)], None, [write]))
 
 
-def _listed(qs: Any, also: tuple[str, ...], move_past: Any) -> bool:
-    """Whether :func:`_listed_lock` serves: row locks (not SQLite, whose driver hands the
-    database's now back as text), an integer primary key (the driver's value is the key),
-    no extra columns, no move of the turn."""
-    pk = qs.model._meta.pk
+def _built_once(qs: Any, also: tuple[str, ...], move_past: Any) -> bool:
+    """Whether :func:`_built_lock` serves: no extra columns, and either the keys bind as one
+    array (PostgreSQL) or, one parameter per key, with row locks (not SQLite, whose driver
+    hands the database's now back as text), an integer primary key (the driver's value is
+    the key) and no move of the turn (MySQL, MariaDB)."""
+    if also:
+        return False
+    if backend_for(qs.db).binds_arrays:
+        return True
     return (
-        not also
-        and move_past is None
+        move_past is None
         and connections[qs.db].features.has_select_for_update
-        and isinstance(pk, models.IntegerField)
+        and isinstance(qs.model._meta.pk, models.IntegerField)
     )
 
 
-def _listed_lock(qs: Any, chunk: list[Any]) -> list[Candidate]:
-    """:func:`_lock_rows`' statement with one parameter per key (``pk IN (%s, …)``: MySQL,
-    MariaDB), built once per model, database, claim filters and number of keys: compiling
-    the QuerySet on every claim cost a fair claim about 0.7 ms of CPU there."""
-
-    def build() -> tuple[str, tuple[Any, ...]]:
-        markers = [RawSQL("%s", (heads.Marker(("pk", n)),)) for n in range(len(chunk))]
-        return compiled(_locking(qs.ready().filter(pk__in=markers).order_by(), ()))
-
-    statement = heads.cached(heads.filters_of(qs), ("lock-listed", len(chunk)), build)
+def _built_lock(qs: Any, chunk: list[Any], move_past: Any) -> list[Candidate]:
+    """:func:`_lock_rows`' statement built once per model, database and claim filters (and,
+    one parameter per key, number of keys), run with the keys as parameters: compiling the
+    QuerySet on every claim cost a fair claim of 100 rows about 1 ms of CPU (PostgreSQL),
+    0.7 ms (MariaDB)."""
     prep, connection = qs.model._meta.pk.get_db_prep_value, connections[qs.db]
-    return statement.fetch(qs.db, {("pk", n): prep(pk, connection) for n, pk in enumerate(chunk)})
+    keys = [prep(pk, connection) for pk in chunk]
+    if backend_for(qs.db).binds_arrays:
+        shape: tuple[Any, ...] = ("lock", "array", move_past is not None)
+        values: dict[Any, Any] = {"pks": keys, "turn": rotation.turn_text(move_past)}
+    else:
+        shape, values = ("lock", "listed", len(keys)), {("pk", n): key for n, key in enumerate(keys)}
+    statement = heads.cached(heads.filters_of(qs), shape, lambda: _lock_statement(qs, len(keys), move_past))
+    return statement.fetch(qs.db, values)
 
 
-def _array_lock(qs: Any, move_past: Any) -> tuple[str, tuple[Any, ...]]:
-    """:func:`_lock_rows`' statement with markers: ``pks``, and ``turn`` if it moves the turn."""
+def _lock_statement(qs: Any, count: int, move_past: Any) -> tuple[str, tuple[Any, ...]]:
+    """:func:`_built_lock`'s statement with markers: the keys (``pks``, one array; or
+    ``("pk", n)``, ``count`` of them), and ``turn`` if it moves the turn."""
     backend = backend_for(qs.db)
-    chosen = compiled(_locking(backend.with_array(qs.ready(), "pk", heads.Marker("pks")).order_by(), ()))
+    if backend.binds_arrays:
+        rows = backend.with_array(qs.ready(), "pk", heads.Marker("pks"))
+    else:
+        rows = qs.ready().filter(pk__in=[RawSQL("%s", (heads.Marker(("pk", n)),)) for n in range(count)])
+    chosen = compiled(_locking(rows.order_by(), ()))
     if move_past is None:
         return chosen
     move = rotation.move_to(qs.model, qs.db, heads.Marker("turn"))
