@@ -7,10 +7,12 @@
 Part 1, the claim's cost: with a standing backlog of ``--ready`` due rows (what the ranking of
 every due row reads, and what the bounded read of fairness/bounded.py must not depend on),
 ``--claims`` claims of 100 rows each are timed (their success recorded, untimed, so the
-backlog stays). Modes: the plain claim; fair share over 100 and over 10,000 keys; aging
-alone, one after the other in each of ``--rounds`` rounds. Each fill is followed by VACUUM
-ANALYZE / ANALYZE TABLE. Prints a Markdown table of medians over the rounds, each mode's rate
-against the plain claim's taken within each round, then their median (``--json PATH`` writes
+backlog stays). Modes: fair share over 100 and over 10,000 keys; aging alone, one after the
+other in each of ``--rounds`` rounds, each against the plain claim on its own fill, the two
+claiming in turn. Each fill (after a TRUNCATE) is followed by VACUUM ANALYZE / ANALYZE TABLE
+and, on MariaDB, a wait for InnoDB's purge. Prints a Markdown table of medians over the
+rounds, each mode's rate against the plain claim's taken within each round, then their
+median (``--json PATH`` writes
 those ratios for ``make bench``'s floor lines), and the EXPLAIN of the ranking of every due row
 at that backlog (what SQLite, and aging with a fair key, still run).
 
@@ -47,6 +49,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.core.management.color import no_style  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
@@ -66,18 +69,27 @@ def declare(model: type, key: str | None, aging: float | None) -> None:
     model.queue_fair_weights = None
     model.queue_aging = aging
     options.fair_share_of.cache_clear()
+    options.fair_share_of(model)  # read here, not inside the timed claim
 
 
 def fill(model: type, ready: int, keys: int) -> None:
-    model.objects.all().delete()
+    """``ready`` due rows over ``keys`` keys, in a table emptied by TRUNCATE: a DELETE of the
+    last mode's 100,000 rows left InnoDB's purge (or PostgreSQL's dead tuples) working in the
+    background through the next mode's timed claims, which moved one round's ratios of every
+    mode by up to 0.3 together (a round of 0.70 between rounds of 1.07 and 0.89)."""
+    with connection.cursor() as cursor:
+        for statement in connection.ops.sql_flush(no_style(), [model._meta.db_table]):
+            cursor.execute(statement)
     model.objects.bulk_create([model(customer=f"c{i % keys}") for i in range(ready)], batch_size=5000)
     settle(model)
 
 
 def settle(model: type) -> None:
-    """The table as a standing backlog finds it: the rows the last fill deleted vacuumed away
-    and the statistics taken (autovacuum, InnoDB's persistent statistics), so no mode's plan
-    hangs on when the server last got round to that."""
+    """The table as a standing backlog finds it: the statistics taken (autovacuum, InnoDB's
+    persistent statistics) and the undo of earlier work purged, so no mode's plan or timing
+    hangs on when the server last got round to that. On MariaDB, setting
+    ``innodb_max_purge_lag_wait`` to 0 waits until the purge has caught up (MySQL has no such
+    variable: there the purge is left to itself)."""
     table = connection.ops.quote_name(model._meta.db_table)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -85,37 +97,72 @@ def settle(model: type) -> None:
         elif connection.vendor == "mysql":
             cursor.execute(f"ANALYZE TABLE {table}")
             cursor.fetchall()
+            if connection.mysql_is_mariadb:
+                cursor.execute("SET GLOBAL innodb_max_purge_lag_wait = 0")
 
 
+PLAIN = "plain claim"
+#: Each mode is timed against the plain claim on the same table and fill (``model``,
+#: ``keys`` distinct keys), claim by claim in turn: ``(model, key, aging, keys)``.
 MODES = {
-    "plain claim": (FairJob, None, None, 100),
     "fair share, 100 keys": (FairJob, "customer", None, 100),
     "fair share, 10,000 keys": (FairJob, "customer", None, 10_000),
     "aging alone (30 s)": (AgedJob, None, 30.0, 100),
 }
+#: Per claim: milliseconds (wall), milliseconds of this process's CPU, statements.
+Timing = tuple[float, float, float]
 
 
-def timed(name: str, ready: int, claims: int) -> tuple[float, float, float]:
-    """Per claim of 100 rows over a standing backlog of ``ready`` rows: milliseconds (wall),
-    milliseconds of this process's CPU, and statements (``BEGIN`` and ``COMMIT`` included,
-    counted over 5 claims before, untimed: the count does not move with the machine's load)."""
+def timed(name: str, ready: int, claims: int) -> dict[str, Timing]:
+    """Per claim of 100 rows over a standing backlog of ``ready`` rows, for mode ``name`` and
+    for the plain claim on the same fill: milliseconds (wall), milliseconds of this
+    process's CPU, and statements (``BEGIN`` and ``COMMIT`` included, counted over 5 claims
+    each before, untimed: the count does not move with the machine's load).
+
+    The two modes claim in turn, one claim each (which one goes first alternating), from
+    the same backlog: the machine's load, the server's background work (purge, checkpoints)
+    and the table's state move both alike. Timed a mode at a time, a minute apart, one
+    round's ratios moved by up to 0.3 together."""
     model, key, aging, keys = MODES[name]
-    declare(model, key, aging)
-    fill(model, ready + (claims + 5) * BATCH, keys)
-    statements = 0
+    fill(model, ready + 2 * (claims + 5) * BATCH, keys)
+    declared = {PLAIN: (None, None), name: (key, aging)}
+    statements = dict.fromkeys(declared, 0)
     for _ in range(5):  # counted first, so the timed claims find the backlog of before
-        with CaptureQueriesContext(connection) as captured:
-            taken = model.objects.claim(BATCH)
-        statements += len(captured.captured_queries)
-        record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
-    spent, cpu = [], []
-    for _ in range(claims):
-        started, started_cpu = time.perf_counter(), time.process_time()
-        taken = model.objects.claim(BATCH)
+        for mode, (fair_key, bound) in declared.items():
+            declare(model, fair_key, bound)
+            with CaptureQueriesContext(connection) as captured:
+                taken = model.objects.claim(BATCH)
+            statements[mode] += len(captured.captured_queries)
+            record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
+    spent: dict[str, list[float]] = {mode: [] for mode in declared}
+    cpu: dict[str, list[float]] = {mode: [] for mode in declared}
+    for number in range(claims):
+        order = list(declared.items())
+        for mode, (fair_key, bound) in order if number % 2 else order[::-1]:
+            declare(model, fair_key, bound)
+            started, started_cpu = time.perf_counter(), time.process_time()
+            _claim_and_record(model, spent[mode], cpu[mode], started, started_cpu)
+    median = statistics.median
+    return {
+        mode: (median(spent[mode]) * 1000, median(cpu[mode]) * 1000, statements[mode] / 5)
+        for mode in declared
+    }
+
+
+def _claim_and_record(
+    model: Any,
+    spent: list[float] | None = None,
+    cpu: list[float] | None = None,
+    started: float = 0.0,
+    started_cpu: float = 0.0,
+) -> None:
+    """One ``claim(100)`` (its time appended to ``spent`` and ``cpu`` when given, from
+    ``started``), then its rows' success recorded, untimed: the backlog stays as it was."""
+    taken = model.objects.claim(BATCH)
+    if spent is not None and cpu is not None:
         spent.append(time.perf_counter() - started)
         cpu.append(time.process_time() - started_cpu)
-        record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
-    return statistics.median(spent) * 1000, statistics.median(cpu) * 1000, statements / 5
+    record(model, taken[0].queue_claim(), [Outcome.succeeded(row) for row in taken])
 
 
 def explain(ready: int) -> str:
@@ -303,7 +350,7 @@ def main() -> None:
         if args.claimers:
             concurrent(args.claimers, args.batch)
             return
-        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in MODES}
+        results: dict[str, list[dict[str, Timing]]] = {name: [] for name in MODES}
         for _ in range(args.rounds):
             for name in MODES:
                 results[name].append(timed(name, args.ready, args.claims))
@@ -314,16 +361,22 @@ def main() -> None:
     ratios = round_ratios(results)
     print(
         f"\nClaim cost, fair share and aging ({connection.vendor}, {args.ready:,} due rows, claim({BATCH}), "
-        f"{args.claims} claims a mode in each of {args.rounds} rounds)\n"
+        f"{args.claims} claims of each mode and of the plain claim on its table, in turn, in each of "
+        f"{args.rounds} rounds)\n"
     )
-    print("| mode | ms per claim | rate / plain's (each round) | CPU ms per claim | statements per claim |")
+    print(
+        "| mode | ms per claim (plain's) | rate / plain's (each round) | CPU ms per claim (plain's) "
+        "| statements per claim (plain's) |"
+    )
     print("|---|---:|---:|---:|---:|")
     for name, runs in results.items():
-        ms = statistics.median(run[0] for run in runs)
-        cpu = statistics.median(run[1] for run in runs)
-        statements = statistics.median(run[2] for run in runs)
+        figures = [
+            f"{statistics.median(run[name][column] for run in runs):.1f} "
+            f"({statistics.median(run[PLAIN][column] for run in runs):.1f})"
+            for column in range(3)
+        ]
         each = " / ".join(f"{r:.2f}" for r in ratios[name][1])
-        print(f"| {name} | {ms:.1f} | {ratios[name][0]:.2f} ({each}) | {cpu:.1f} | {statements:.1f} |")
+        print(f"| {name} | {figures[0]} | {ratios[name][0]:.2f} ({each}) | {figures[1]} | {figures[2]} |")
     if args.json:
         found = {name: ratio for name, (ratio, _) in ratios.items()}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -336,14 +389,12 @@ def main() -> None:
 Ratios = dict[str, tuple[float, list[float]]]
 
 
-def round_ratios(results: dict[str, list[tuple[float, float, float]]]) -> Ratios:
-    """Each mode's claim rate over the plain claim's: the median of the rounds' ratios, and
-    each round's (a mode and the plain claim of one round ran a minute apart at most, so the
-    machine's load moves both alike)."""
-    plain = [ms for ms, _, _ in results["plain claim"]]
+def round_ratios(results: dict[str, list[dict[str, Timing]]]) -> Ratios:
+    """Each mode's claim rate over the plain claim's timed in turn with it: the median of the
+    rounds' ratios, and each round's."""
     out = {}
     for name, runs in results.items():
-        each = [base / ms for (ms, _, _), base in zip(runs, plain, strict=True)]
+        each = [run[PLAIN][0] / run[name][0] for run in runs]
         out[name] = (statistics.median(each), each)
     return out
 
