@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from .base import QueueBackend, SqlParams, compiled, run_quietly
+from .base import QueueBackend, compiled, run_quietly
 from .error_groups import masked_last_line
 from .mysql_partitions import MySQLPartitioning
 
@@ -39,29 +38,7 @@ class MySQLBackend(QueueBackend):
     order_by_pk = True
     spark_jdbc = True  # MariaDB Connector/J speaks to MySQL and MariaDB alike
     shares_named_parameters = True  # mysqlclient quotes a dict's values once each
-
-    @property
-    def locking_union(self) -> bool:  # type: ignore[override]
-        """MariaDB reads locking SELECTs in parentheses under a ``UNION ALL``; MySQL 8 is not
-        tested here, so it keeps its statements apart."""
-        return bool(cast("DatabaseWrapper", self.connection).mysql_is_mariadb)
-
-    def locking_statement(
-        self, selects: Sequence[SqlParams], limit: int | None, writes: Sequence[SqlParams] = ()
-    ) -> SqlParams:
-        """The ``selects`` in parentheses, ``UNION ALL``, under one ``LIMIT``: MariaDB returns
-        their rows in order. Each part locks the rows it reads up to its own ``LIMIT``, even
-        when an earlier part filled the outer one: an aging claim whose aged rows fill the
-        batch also locks a batch of the plain claim's rows (measured on 10.11), returns none
-        of them and releases them at its commit a few milliseconds later; a concurrent claim
-        passes them by meanwhile. No data-modifying parts (:attr:`locking_ctes`)."""
-        if writes:
-            raise NotImplementedError("MariaDB cannot write in a locking SELECT")
-        body = " UNION ALL ".join(f"({sql})" for sql, _ in selects)
-        params: list[Any] = [param for _, select_params in selects for param in select_params]
-        if limit is not None:
-            body, params = f"{body} LIMIT %s", [*params, limit]
-        return body, tuple(params)
+    reads_aged_rows_unlocked = True  # InnoDB's locking reads: see the base class
 
     def error_group(self, column: str) -> Any:
         return masked_last_line(column)
