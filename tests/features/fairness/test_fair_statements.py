@@ -197,6 +197,25 @@ def test_aged_rows_that_fill_the_batch_leave_the_rest_ready_for_the_next_claim()
     assert [row.pk for row in second] == [old[3].pk, fresh[0].pk, fresh[1].pk]
 
 
+def _claim_while_held(model: Any, held: list[Any], batch: int) -> list[Any]:
+    """``model.objects.claim(batch)`` while another transaction holds the rows ``held``
+    (locked by primary key, one row each: a lock of those rows only), asserting that the
+    claim waited for none of them."""
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("BEGIN")
+            for pk in held:
+                cursor.execute(f"SELECT id FROM {model._meta.db_table} WHERE id = %s FOR UPDATE", [pk])
+            started = time.monotonic()
+            taken = model.objects.claim(batch)
+            assert time.monotonic() - started < 5
+            cursor.execute("COMMIT")
+    finally:
+        other.close()
+    return taken
+
+
 def test_aged_rows_another_transaction_holds_are_passed_by() -> None:
     """Aged rows some other transaction holds are passed by without a wait (on MySQL/MariaDB
     the read without locks still finds them; their lock by primary key skips them): the
@@ -205,18 +224,7 @@ def test_aged_rows_another_transaction_holds_are_passed_by() -> None:
         pytest.skip("no row locks here (SQLite): a claim is one writer's")
     old, fresh = aged_and_fresh(4, 4)
     held = [old[0].pk, old[1].pk]
-    other = connections.create_connection("default")
-    try:
-        with other.cursor() as cursor:
-            cursor.execute("BEGIN")
-            for pk in held:  # by primary key, one row each: a lock of those rows only
-                cursor.execute(f"SELECT id FROM {AgedJob._meta.db_table} WHERE id = %s FOR UPDATE", [pk])
-            started = time.monotonic()
-            taken = AgedJob.objects.claim(3)
-            assert time.monotonic() - started < 5
-            cursor.execute("COMMIT")
-    finally:
-        other.close()
+    taken = _claim_while_held(AgedJob, held, 3)
     assert [row.pk for row in taken] == [old[2].pk, old[3].pk, fresh[0].pk]
     states = AgedJob.objects.filter(pk__in=held).values_list("queue_state", flat=True)
     assert set(states) == {QueueState.READY}
@@ -306,17 +314,7 @@ def test_a_head_another_transaction_holds_is_passed_by(unweighted: None) -> None
     fair = fair_share_of(FairJob)
     assert fair is not None
     held_pk = fair_order(FairJob.objects.all(), fair, 5)[0][0]
-    other = connections.create_connection("default")
-    try:
-        with other.cursor() as cursor:
-            cursor.execute("BEGIN")
-            cursor.execute(f"SELECT id FROM {FairJob._meta.db_table} WHERE id = %s FOR UPDATE", [held_pk])
-            started = time.monotonic()
-            taken = FairJob.objects.claim(5)
-            assert time.monotonic() - started < 5
-            cursor.execute("COMMIT")
-    finally:
-        other.close()
+    taken = _claim_while_held(FairJob, [held_pk], 5)
     assert len(taken) == 5 and held_pk not in {row.pk for row in taken}
     assert FairJob.objects.get(pk=held_pk).queue_state == QueueState.READY
     assert held_pk in {row.pk for row in FairJob.objects.claim(5)}
