@@ -74,10 +74,7 @@ def _aged_first(qs: Any, fair: FairShare, limit: int, also: tuple[str, ...]) -> 
         statement = heads.cached(heads.filters_of(qs), ("aging", bound, limit), build)
         return statement.fetch(qs.db, {})
     taken = list(_locking(aged, also)[:limit])
-    if len(taken) < limit:
-        rest = qs.exclude(pk__in=[row[0] for row in taken]) if taken else qs
-        taken.extend(rest.claim_candidates(limit - len(taken), *also))
-    return taken
+    return _then_plain(qs, taken, limit, also)
 
 
 def _aged(qs: Any, bound: timedelta) -> models.QuerySet:
@@ -107,6 +104,11 @@ def _aged_found_first(qs: Any, bound: timedelta, limit: int, also: tuple[str, ..
     taken: list[Candidate] = []
     if found:
         _lock_in_order(qs, [(pk, None) for pk in found], limit, also, taken, None, {})
+    return _then_plain(qs, taken, limit, also)
+
+
+def _then_plain(qs: Any, taken: list[Candidate], limit: int, also: tuple[str, ...]) -> list[Candidate]:
+    """``taken`` (the aged rows locked), filled up to ``limit`` by the plain claim's order."""
     if len(taken) < limit:
         rest = qs.exclude(pk__in=[row[0] for row in taken]) if taken else qs
         taken.extend(rest.claim_candidates(limit - len(taken), *also))
