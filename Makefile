@@ -9,7 +9,7 @@ SQLITE_URL ?= sqlite:///$(CURDIR)/tests/dbqueue.sqlite3
 PYTEST ?= $(PY) -m pytest -q
 EXAMPLE_DB ?=
 
-.PHONY: help venv system-deps services test test-passes test-databases test-mariadb test-postgresql test-admin test-sqlite test-spark test-install test-django \
+.PHONY: help venv system-deps services test test-passes test-databases test-mariadb test-postgresql test-admin test-postgresql-prepared test-sqlite test-spark test-install test-django \
         lint check docs screenshots package example test-python model-check protocol-hypothesis bench bench-quick bench-startup bench-scale bench-flow bench-request-reply bench-atomic-ceiling bench-workflows chaos chaos-workflows faults soak soak-quick netns clean
 
 help:
@@ -76,7 +76,8 @@ TEST_TIMES ?= $(CURDIR)/test-times.log
 TIMED = TEST_TIMES=$(TEST_TIMES) bash scripts/timed.sh
 TEST_PASSES = test-mariadb-wings test-postgresql-contract test-sqlite-wings test-mariadb-contract \
               test-sqlite-contract test-spark $(TEST_DJANGO_SERIES:%=test-django-%) test-postgresql-wings \
-              test-admin $(PYTHON_SERIES:%=test-python-%) test-install lint check docs package
+              test-admin test-postgresql-prepared $(PYTHON_SERIES:%=test-python-%) test-install lint check \
+              docs package
 test-passes: venv services
 	@rm -f $(TEST_TIMES)
 	@bash scripts/machine-busy.sh $(MAKE) --no-print-directory -j$(TEST_JOBS) -O $(TEST_PASSES) \
@@ -166,6 +167,14 @@ test-%-wings: venv services
 
 test-spark: venv services
 	$(TIMED) $@ env DATABASE_URL=$(MARIADB_URL)_spark $(PYTEST) -m "not spark_cluster" tests/surfaces/spark
+
+# PostgreSQL through psycopg's server-side binding with prepared statements (DBQUEUE_TEST_PREPARED,
+# tests/settings.py; docs/reference/databases.md): the queue's contract, and the fair and
+# flow-control claims, whose statements are built once with parameters the server now types.
+PREPARED_TESTS := $(CONTRACT_TESTS) tests/features/fairness tests/features/flow
+test-postgresql-prepared: venv services
+	$(TIMED) $@ env DATABASE_URL=$(POSTGRES_URL)_prepared DBQUEUE_TEST_PREPARED=1 \
+	  DBQUEUE_TESTS_EVERY_DATABASE=1 $(PYTEST) $(PREPARED_TESTS)
 
 test-admin: venv services
 	$(TIMED) $@ env DATABASE_URL=$(POSTGRES_URL)_admin $(PYTEST) tests/surfaces/admin

@@ -34,6 +34,10 @@ if _default["ENGINE"].endswith("sqlite3"):
     # Named after the database's own file, so suites of several DATABASE_URLs run side by side.
     _default.setdefault("TEST", {})["NAME"] = str(BASE_DIR / f"test_{Path(_default['NAME']).name}")
     _default["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
+elif _default["ENGINE"].endswith("postgresql") and os.environ.get("DBQUEUE_TEST_PREPARED"):
+    # psycopg's server-side binding, each statement prepared from its fifth run on a connection
+    # (psycopg's own default threshold; Django's is None, never): docs/postgresql.md.
+    _default["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 elif _default["ENGINE"].endswith("mysql"):
     _default["OPTIONS"] = {"charset": "utf8mb4"}
     _default.setdefault("TEST", {})["CHARSET"] = "utf8mb4"
