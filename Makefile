@@ -74,9 +74,9 @@ test: venv services test-passes
 TEST_JOBS ?= 3
 TEST_TIMES ?= $(CURDIR)/test-times.log
 TIMED = TEST_TIMES=$(TEST_TIMES) bash scripts/timed.sh
-TEST_PASSES = test-mariadb-wings test-postgresql-contract test-sqlite-wings test-mariadb-contract \
-              test-sqlite-contract test-spark $(TEST_DJANGO_SERIES:%=test-django-%) test-postgresql-wings \
-              test-admin test-postgresql-prepared $(PYTHON_SERIES:%=test-python-%) test-install lint check \
+TEST_PASSES = test-mariadb-wings test-postgresql-prepared test-postgresql-contract test-sqlite-wings \
+              test-mariadb-contract test-sqlite-contract test-spark $(TEST_DJANGO_SERIES:%=test-django-%) \
+              test-postgresql-wings test-admin $(PYTHON_SERIES:%=test-python-%) test-install lint check \
               docs package
 test-passes: venv services
 	@rm -f $(TEST_TIMES)
