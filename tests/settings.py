@@ -36,7 +36,7 @@ if _default["ENGINE"].endswith("sqlite3"):
     _default["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
 elif _default["ENGINE"].endswith("postgresql") and os.environ.get("DBQUEUE_TEST_PREPARED"):
     # psycopg's server-side binding, each statement prepared from its fifth run on a connection
-    # (psycopg's own default threshold; Django's is None, never): docs/postgresql.md.
+    # (psycopg's own default threshold; Django's is None, never): docs/reference/databases.md.
     _default["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 elif _default["ENGINE"].endswith("mysql"):
     _default["OPTIONS"] = {"charset": "utf8mb4"}

@@ -20,15 +20,15 @@ from django.db import connection
 from django_dbqueue.queue.outcome import Outcome
 from django_dbqueue.queue.record import record
 from django_dbqueue.states import QueueState
+from tests.conftest import running_vendor
 from tests.testapp.models import Job
 
 PREPARED = bool(os.environ.get("DBQUEUE_TEST_PREPARED"))
-ON_POSTGRESQL = os.environ.get("DATABASE_URL", "").startswith("postgres")
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
-        not (PREPARED and ON_POSTGRESQL),
+        not (PREPARED and running_vendor() == "postgresql"),
         reason="PostgreSQL with prepared statements: make test-postgresql-prepared (DBQUEUE_TEST_PREPARED=1)",
     ),
 ]
