@@ -35,6 +35,10 @@ OURS_VARIANTS = {
     "atomic": ("dbqapp.AtomicJob", "django_dbqueue, atomic mode (1 job per transaction)"),
     "atomic-nohist": ("dbqapp.AtomicJob", "django_dbqueue, atomic mode, attempt history off"),
     "grouped": ("dbqapp.GroupedJob", "django_dbqueue, atomic mode, 100 jobs per transaction"),
+    "grouped-optimistic": (
+        "dbqapp.OptimisticGroupedJob",
+        "django_dbqueue, atomic mode, 100 jobs per transaction, optimistic (no savepoints)",
+    ),
     "workflow": ("dbqapp.WorkflowJob", "django_dbqueue, a 1-step workflow in atomic mode"),
 }
 #: The raw-SQL loops of bench/raw.py the floors are measured against (its ``atomic`` mode, the

@@ -38,6 +38,11 @@ ROWS = (
     ("dbqueue", "atomic", "**django_dbqueue**, atomic mode (1 job per transaction)"),
     ("dbqueue", "atomic-nohist", "**django_dbqueue**, atomic mode, attempt history off"),
     ("dbqueue", "grouped", "**django_dbqueue**, atomic mode, 100 jobs per transaction"),
+    (
+        "dbqueue",
+        "grouped-optimistic",
+        "**django_dbqueue**, atomic mode, 100 jobs per transaction, optimistic (no savepoints)",
+    ),
     ("dbqueue", "workflow", "**django_dbqueue**, a 1-step workflow, atomic mode"),
     ("djqueue", "default", "dj_queue"),
     ("tasksdb", "default", "django-tasks-db"),
@@ -64,6 +69,11 @@ COMPARISONS = [
         "atomic mode, history off / raw claim 100 + ack each",
     ),
     (("dbqueue", "grouped"), ("raw", "batch"), "atomic, 100 per transaction / raw claim 100 + batch ack"),
+    (
+        ("dbqueue", "grouped-optimistic"),
+        ("raw", "batch"),
+        "atomic, 100 per transaction, optimistic / raw claim 100 + batch ack",
+    ),
     (("dbqueue", "workflow"), ATOMIC, "1-step workflow / atomic job of the same body"),
     *((LEASE, (peer, "default"), f"lease mode / {name}") for peer, name in PEER_NAMES),
     *((ATOMIC, (peer, "default"), f"atomic mode / {name}") for peer, name in PEER_NAMES),

@@ -146,7 +146,7 @@ def paired_turns(turns: list[str], first: str) -> list[str]:
 #: #36's step cost) and the raw-SQL loops they are measured against (issue #33's floors), on
 #: MariaDB, 1 and 4 workers.
 QUICK_VARIANTS = {
-    "dbqueue": ("lease", "atomic", "grouped", "workflow"),
+    "dbqueue": ("lease", "atomic", "grouped", "grouped-optimistic", "workflow"),
     "raw": ("claim100", "batch", "batch500"),
 }
 
@@ -414,7 +414,7 @@ def variants(system: str, only: dict[str, tuple[str, ...]] | None = None) -> tup
 
 
 def drain_n(plan: Plan, system: str, variant: str) -> int:
-    if variant in ("lease", "lease-nohist", "grouped", "batch", "batch500"):
+    if variant in ("lease", "lease-nohist", "grouped", "grouped-optimistic", "batch", "batch500"):
         return plan.n_fast
     if variant in ("atomic", "atomic-nohist", "workflow", "claim100"):
         return plan.n_per_job

@@ -35,6 +35,16 @@ class GroupedJob(QueueMixin):
         ledger.record(self.pk)
 
 
+class OptimisticGroupedJob(GroupedJob):
+    """GroupedJob's rows (a proxy), its groups optimistic: no savepoint per handler (a
+    failure would run the group again with them; these handlers do not fail)."""
+
+    queue_atomic_group_optimistic = True
+
+    class Meta:
+        proxy = True
+
+
 class WorkflowJob(QueueMixin):
     """A 1-step workflow in atomic mode whose step is AtomicJob's handler body: what a step
     costs beside an atomic job (issue #36: at most 1.3x)."""

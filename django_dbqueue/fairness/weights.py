@@ -69,9 +69,7 @@ def _valid(model: type[models.Model], table: Any) -> dict[Any, float]:
 
 
 def _case(model: type[models.Model], key: str, table: Any) -> Any:
-    whens = [
-        When(Q(**{key: value}), then=Value(weight)) for value, weight in _valid(model, table).items()
-    ]
+    whens = [When(Q(**{key: value}), then=Value(weight)) for value, weight in _valid(model, table).items()]
     if not whens:
         return Value(DEFAULT_WEIGHT)
     return Case(*whens, default=Value(DEFAULT_WEIGHT), output_field=models.FloatField())

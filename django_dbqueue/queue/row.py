@@ -96,6 +96,9 @@ class QueueRow(models.Model):
     queue_lease: ClassVar[float | timedelta | None] = None
     queue_atomic: ClassVar[bool] = False
     queue_atomic_group: ClassVar[int] = 1
+    #: A group runs its handlers without a savepoint each; a failure runs it again with
+    #: them (worker/atomic.py) - see the mixin.
+    queue_atomic_group_optimistic: ClassVar[bool] = False
     #: Atomic mode: write the success before ``process()`` runs (one statement that locks and
     #: fences the row; rolled back with the handler's writes if it fails) - see the mixin.
     queue_success_first: ClassVar[bool] = True

@@ -4,11 +4,20 @@ Each handler runs inside the transaction that records its outcome, behind a fenc
 one job (or one ``queue_atomic_group``) per transaction. In a group every handler runs inside
 its own ``transaction.atomic()`` (a savepoint), so a failing one rolls back alone, whatever it
 did to the transaction, and its own error is kept.
+
+An optimistic group (``queue_atomic_group_optimistic = True``) runs its handlers without the
+savepoints, the two statements per job they cost: a handler that fails, whatever it did to the
+transaction, rolls the whole group back, and the group runs again with them, the failed row
+not again (its own error is kept). What commits is the same as with the savepoints; what
+differs is that the handlers run before the failed one ran twice, so their effects outside the
+database (those not in ``on_commit()``, which a rollback drops) happen twice, as they do after a
+crash.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +48,16 @@ class HandlerFailed(Exception):
         self.error = error
 
 
+class GroupFailed(Exception):
+    """Carries the first failure of an optimistic group out of the group's transaction, so
+    all of it rolls back (:func:`_bare`)."""
+
+    def __init__(self, row: QueueMixin, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.row = row
+        self.error = error
+
+
 def left_for_rollback(using: str) -> TransactionManagementError | None:
     """The handler returned normally but marked its transaction for rollback
     (``set_rollback(True)``, or a database error it caught inside ``atomic()``)."""
@@ -62,8 +81,12 @@ def run_atomic(claimed: ClaimedRows) -> None:
         claimed.context.keeper.forget(claimed.claim, [row.pk for row in chunk])
         if len(chunk) == 1:
             _one(claimed, chunk[0])
+        elif optimistic_group(claimed.model):
+            first = _group(claimed, chunk, _bare)
+            if first is not None and not _left_in_transaction(claimed, chunk):
+                _group(claimed, chunk, _in_savepoint, {first.row.pk: first.error})
         else:
-            _group(claimed, chunk)
+            _group(claimed, chunk, _in_savepoint)
         if claimed.abandoned:
             return
 
@@ -213,8 +236,29 @@ def _committed(claimed: ClaimedRows, row: QueueMixin, park: Park | None) -> bool
     return not claims.fenced(claimed.model, [row.pk], claimed.claim).exists()
 
 
-def _group(claimed: ClaimedRows, chunk: list[QueueMixin]) -> None:
+def optimistic_group(model: type[QueueMixin]) -> bool:
+    """Whether ``model``'s groups run their handlers without a savepoint each
+    (``queue_atomic_group_optimistic``; see the module's docstring)."""
+    return bool(getattr(model, "queue_atomic_group_optimistic", False))
+
+
+#: How a group runs one handler: its park or error (None: a success). :func:`_bare` raises
+#: :class:`GroupFailed` instead of returning an error.
+RunOne = Callable[["ClaimedRows", "QueueMixin"], "BaseException | None"]
+
+
+def _group(
+    claimed: ClaimedRows,
+    chunk: list[QueueMixin],
+    run: RunOne,
+    settled: dict[Any, BaseException] | None = None,
+) -> GroupFailed | None:
+    """One transaction for the rows of ``chunk``, each handler run by ``run``; ``settled``:
+    rows whose handler failed in the optimistic run before, their failure written with the
+    rest and their handler not run again. Returns the optimistic run's first failure, the
+    group rolled back (None: the group ended, committed or not, as the rows' outcomes say)."""
     using = claimed.claim.using
+    settled = settled or {}
     done: list[QueueMixin] = []
     failed: list[tuple[QueueMixin, BaseException]] = []
     parked: list[tuple[QueueMixin, Park]] = []
@@ -226,7 +270,7 @@ def _group(claimed: ClaimedRows, chunk: list[QueueMixin]) -> None:
             held = fenced.lock_held([row.pk for row in chunk], claimed.claim)
             for row in chunk:
                 if row.pk in held:
-                    error = _in_savepoint(claimed, row)
+                    error = settled.get(row.pk) or run(claimed, row)
                     if error is None:
                         done.append(row)
                     elif isinstance(error, Park):
@@ -243,12 +287,14 @@ def _group(claimed: ClaimedRows, chunk: list[QueueMixin]) -> None:
                 if park.then is not None and row.pk in recorded:
                     park.then()
             committing = True
+    except GroupFailed as failed_first:
+        return failed_first  # nothing of the group committed: it runs again, with savepoints
     except Exception as exc:  # noqa: BLE001 - sorted out below
         first = next(iter(held), None)
         others = [row for row, _error in failed] + [row for row, _park in parked]
         if committing and first is not None and _group_committed(claimed, done, others):
             claimed.after_commit_error(done[0] if done else others[0], exc)
-            return
+            return None
         # Nothing of the group committed, its failures written inside it neither.
         error = claimed.rolled_back(exc)
         for row in chunk:
@@ -256,13 +302,30 @@ def _group(claimed: ClaimedRows, chunk: list[QueueMixin]) -> None:
                 claimed.fail(row, error)
             else:
                 claimed.lost(row)
-        return
+        return None
     if _left_in_transaction(claimed, chunk):
-        return
+        return None
     for row in chunk:
         if row.pk not in held:
             claimed.lost(row)
     claimed.count(outcomes, recorded)
+    return None
+
+
+def _bare(claimed: ClaimedRows, row: QueueMixin) -> BaseException | None:
+    """An optimistic group's run of one handler, in the group's transaction itself: its
+    park (None: a success); any failure raises :class:`GroupFailed`, which rolls the group
+    back. A row someone asked to cancel before it ran fails without running: it did
+    nothing to undo."""
+    using = claimed.claim.using
+    cancelled = claimed.cancelled(row)
+    if cancelled is not None:
+        return cancelled
+    error = claimed.context.call(row) or left_for_rollback(using) or claimed.cancelled(row)
+    park, error = _parked(claimed, row, error, None)  # a group locks by a read first
+    if error is not None:
+        raise GroupFailed(row, error)
+    return park
 
 
 def _in_savepoint(claimed: ClaimedRows, row: QueueMixin) -> BaseException | None:

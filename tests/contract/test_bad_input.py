@@ -437,23 +437,27 @@ def test_a_read_only_database_is_waited_out_with_a_clear_line(caplog) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("grouped, first_run_successes", [(False, 1), (True, 0)], ids=["one", "group"])
+@pytest.mark.parametrize(
+    "grouped, first_run_successes",
+    [("", 1), ("GroupedAtomicJob", 0), ("OptimisticGroupJob", 0)],
+    ids=["one", "group", "optimistic group"],
+)
 def test_an_atomic_handler_that_leaves_atomic_open_fails_and_holds_no_lock(
     monkeypatch, grouped, first_run_successes
 ) -> None:
     # The fault table (tests/chaos/faults, e1): the worker's own atomic() closed the handler's
     # block instead, its transaction never ended and kept the batch's rows locked for good.
     # In a group nothing commits and every row runs again alone (one of them did it).
-    from tests.testapp.models import AtomicJob, GroupedAtomicJob
+    from tests.testapp import models
 
-    AtomicJob = GroupedAtomicJob if grouped else AtomicJob  # noqa: N806
+    AtomicJob = getattr(models, grouped or "AtomicJob")  # noqa: N806
     monkeypatch.setitem(testapp.HANDLER_HOOKS, "leak", _enter_atomic_and_stay)
     AtomicJob.objects.bulk_create([AtomicJob(name=name) for name in ("ok", "leak", "ok", "ok")])
     worker = _drain_in_a_thread(AtomicJob, batch_size=4)
     assert isinstance(worker.fatal, LeakedTransaction)
     leaked = AtomicJob.objects.get(name="leak")
     assert leaked.queue_state == QueueState.READY and "did not leave it" in leaked.queue_last_error
-    assert not Ledger.objects.filter(kind="AtomicJob", job_id=leaked.pk).exists()  # rolled back
+    assert not Ledger.objects.filter(kind=AtomicJob.__name__, job_id=leaked.pk).exists()  # rolled back
     assert not AtomicJob.objects.filter(queue_state=QueueState.RUNNING).exists()
     ok = AtomicJob.objects.filter(name="ok", queue_state=QueueState.SUCCEEDED)
     assert ok.count() == first_run_successes

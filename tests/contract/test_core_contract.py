@@ -20,7 +20,7 @@ from django_dbqueue.models import QueueAttempt, TaskRecord
 from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.testapp import models as testapp
-from tests.testapp.models import AtomicJob, GroupedAtomicJob, Job, Ledger, Ticket
+from tests.testapp.models import AtomicJob, GroupedAtomicJob, Job, Ledger, OptimisticGroupJob, Ticket
 
 
 def run(*models: type) -> Worker:
@@ -49,17 +49,19 @@ def _duplicate_key(row: object) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_failing_handler_of_an_atomic_group_rolls_back_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("model", [GroupedAtomicJob, OptimisticGroupJob], ids=["savepoints", "optimistic"])
+def test_a_failing_handler_of_an_atomic_group_rolls_back_alone(
+    monkeypatch: pytest.MonkeyPatch, model
+) -> None:
     monkeypatch.setitem(testapp.HANDLER_HOOKS, "dup", _duplicate_key)
-    rows = GroupedAtomicJob.objects.bulk_create(
-        [GroupedAtomicJob(name="ok") for _ in range(3)]
-        + [GroupedAtomicJob(name="dup"), GroupedAtomicJob(name="rb", action="mark-rollback")]
+    rows = model.objects.bulk_create(
+        [model(name="ok") for _ in range(3)] + [model(name="dup"), model(name="rb", action="mark-rollback")]
     )
-    Worker(models=[GroupedAtomicJob], burst=True, handle_signals=False, batch_size=5, max_jobs=5).run()
-    states = {row.name: row for row in GroupedAtomicJob.objects.all()}
-    ok = GroupedAtomicJob.objects.filter(name="ok")
+    Worker(models=[model], burst=True, handle_signals=False, batch_size=5, max_jobs=5).run()
+    states = {row.name: row for row in model.objects.all()}
+    ok = model.objects.filter(name="ok")
     assert {row.queue_state for row in ok} == {QueueState.SUCCEEDED}
-    assert Ledger.objects.filter(kind="GroupedAtomicJob", job_id__in=[r.pk for r in ok]).count() == 3
+    assert Ledger.objects.filter(kind=model.__name__, job_id__in=[r.pk for r in ok]).count() == 3
     dup, rolled_back = states["dup"], states["rb"]
     assert dup.queue_state == QueueState.READY and "IntegrityError" in dup.queue_last_error
     assert rolled_back.queue_state == QueueState.READY
@@ -115,14 +117,16 @@ def test_raw_db_api_writes_of_a_lease_handler_commit_by_themselves(monkeypatch, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_raw_db_api_writes_of_a_failing_grouped_handler_roll_back_with_it(monkeypatch) -> None:
+@pytest.mark.parametrize("model", [GroupedAtomicJob, OptimisticGroupJob], ids=["savepoints", "optimistic"])
+def test_raw_db_api_writes_of_a_failing_grouped_handler_roll_back_with_it(monkeypatch, model) -> None:
     if connection.vendor != "mysql":
         pytest.skip("MySQL's DB-API connection inside Django's transaction")
     monkeypatch.setitem(testapp.HANDLER_HOOKS, "rawfail", _raw_write_then_fail)
-    GroupedAtomicJob.objects.bulk_create([GroupedAtomicJob(name="ok"), GroupedAtomicJob(name="rawfail")])
-    Worker(models=[GroupedAtomicJob], burst=True, handle_signals=False, max_jobs=2).run()
+    model.objects.bulk_create([model(name="ok"), model(name="rawfail")])
+    Worker(models=[model], burst=True, handle_signals=False, max_jobs=2).run()
     assert not Ledger.objects.filter(kind="rawfail").exists()
-    assert GroupedAtomicJob.objects.get(name="ok").queue_state == QueueState.SUCCEEDED
+    assert model.objects.get(name="ok").queue_state == QueueState.SUCCEEDED
+    assert Ledger.objects.filter(kind=model.__name__).count() == 1  # the success's, once
 
 
 # -- 5: every statement passes through Django's cursor -------------------------------------------

@@ -13,7 +13,7 @@ from django_dbqueue.states import QueueState
 from django_dbqueue.worker import Worker
 from tests.conftest import ledger_runs as runs
 from tests.conftest import wait_until
-from tests.testapp.models import AtomicJob, GroupedAtomicJob, Job, Ledger, TimeoutJob
+from tests.testapp.models import AtomicJob, GroupedAtomicJob, Job, Ledger, OptimisticGroupJob, TimeoutJob
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,16 +92,13 @@ def test_atomic_mode_rolls_back_a_failed_handlers_writes() -> None:
     assert AtomicJob.objects.get(pk=bad.pk).queue_state == QueueState.FAILED
 
 
-def test_grouped_atomic_mode_isolates_each_handler_in_a_savepoint() -> None:
-    GroupedAtomicJob.objects.bulk_create(
-        [GroupedAtomicJob(name=str(i), fail_times=99 if i % 7 == 0 else 0) for i in range(35)]
-    )
-    drain_until_settled(GroupedAtomicJob)
-    states = dict(
-        GroupedAtomicJob.objects.values("queue_state").annotate(n=Count("id")).values_list("queue_state", "n")
-    )
+@pytest.mark.parametrize("model", [GroupedAtomicJob, OptimisticGroupJob], ids=["savepoints", "optimistic"])
+def test_grouped_atomic_mode_isolates_each_failing_handler(model) -> None:
+    model.objects.bulk_create([model(name=str(i), fail_times=99 if i % 7 == 0 else 0) for i in range(35)])
+    drain_until_settled(model)
+    states = dict(model.objects.values("queue_state").annotate(n=Count("id")).values_list("queue_state", "n"))
     assert states == {"succeeded": 30, "failed": 5}
-    ran = runs(GroupedAtomicJob)
+    ran = runs(model)
     assert len(ran) == 30 and set(ran.values()) == {1}
 
 

@@ -116,6 +116,16 @@ class GroupedAtomicJob(Behaviour):
     queue_atomic_group = 10
 
 
+class OptimisticGroupJob(GroupedAtomicJob):
+    """The same rows (a proxy), their groups optimistic: no savepoints, a failure runs the
+    group again with them (worker/atomic.py)."""
+
+    queue_atomic_group_optimistic = True
+
+    class Meta:
+        proxy = True
+
+
 class TimeoutJob(Behaviour):
     queue_timeout = 0.5
 

@@ -310,7 +310,13 @@ def _args(**given: Any) -> argparse.Namespace:
 def test_the_quick_plan_is_ours_against_the_raw_loops_in_three_rounds():
     plan = run.make_plan(_args(quick=True))
     assert (plan.runs, plan.systems, plan.workers) == (3, ("dbqueue", "raw"), (1, 4))
-    assert run.variants("dbqueue", plan.only) == ("lease", "atomic", "grouped", "workflow")
+    assert run.variants("dbqueue", plan.only) == (
+        "lease",
+        "atomic",
+        "grouped",
+        "grouped-optimistic",
+        "workflow",
+    )
     assert run.variants("raw", plan.only) == ("claim100", "batch", "batch500")
     assert not plan.contention and not plan.claim_cost
     full = run.make_plan(_args())

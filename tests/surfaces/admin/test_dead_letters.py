@@ -98,9 +98,7 @@ def test_one_group_is_replayed_in_one_statement_with_its_history(failed: int) ->
     updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
     assert len(updates) == 1
     ready = Job.objects.filter(queue_state=QueueState.READY)
-    assert ready.count() == failed and all(
-        n.startswith("1-") for n in ready.values_list("name", flat=True)
-    )
+    assert ready.count() == failed and all(n.startswith("1-") for n in ready.values_list("name", flat=True))
     assert set(ready.values_list("queue_attempts", flat=True)) == {0}
     # The replayed rows keep their attempts (the fixture's 50), and no attempt row went or came.
     assert QueueAttempt.objects.count() == history
