@@ -62,7 +62,8 @@ class QueueMixin(QueueRow):
     * ``queue_atomic_group`` - in atomic mode, jobs per transaction (each behind a savepoint);
     * ``queue_atomic_group_optimistic`` - run a group's handlers without the savepoints (two
       statements per job fewer); a failing handler rolls the whole group back and the group
-      runs again with them, the failed row not again: the handlers before it run twice, so
+      runs again with them, the failed row not again, as do the claim's later groups: the
+      handlers before it run twice, so
       their effects outside the database (those not in ``on_commit()``) happen twice
       (default False);
     * ``queue_success_first`` - in atomic mode (one job per transaction, on MariaDB, MySQL and

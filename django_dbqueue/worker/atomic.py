@@ -8,10 +8,10 @@ did to the transaction, and its own error is kept.
 An optimistic group (``queue_atomic_group_optimistic = True``) runs its handlers without the
 savepoints, the two statements per job they cost: a handler that fails, whatever it did to the
 transaction, rolls the whole group back, and the group runs again with them, the failed row
-not again (its own error is kept). What commits is the same as with the savepoints; what
-differs is that the handlers run before the failed one ran twice, so their effects outside the
-database (those not in ``on_commit()``, which a rollback drops) happen twice, as they do after a
-crash.
+not again (its own error is kept), as do the claim's later groups. What commits is the same as
+with the savepoints; what differs is that the handlers run before the failed one ran twice, so
+their effects outside the database (those not in ``on_commit()``, which a rollback drops) happen
+twice, as they do after a crash.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def run_atomic(claimed: ClaimedRows) -> None:
     if group == 1:
         claimed.preloaded = _preload(claimed, claimed.rows)
     claimed.success_first = _writes_success_first(claimed)
+    optimistic = optimistic_group(claimed.model)
     for start in range(0, len(claimed.rows), group):
         if claimed.must_stop():
             claimed.give_back(claimed.rows[start:])
@@ -81,10 +82,8 @@ def run_atomic(claimed: ClaimedRows) -> None:
         claimed.context.keeper.forget(claimed.claim, [row.pk for row in chunk])
         if len(chunk) == 1:
             _one(claimed, chunk[0])
-        elif optimistic_group(claimed.model):
-            first = _group(claimed, chunk, _bare)
-            if first is not None and not _left_in_transaction(claimed, chunk):
-                _group(claimed, chunk, _in_savepoint, {first.row.pk: first.error})
+        elif optimistic:
+            optimistic = _optimistic(claimed, chunk)
         else:
             _group(claimed, chunk, _in_savepoint)
         if claimed.abandoned:
@@ -240,6 +239,19 @@ def optimistic_group(model: type[QueueMixin]) -> bool:
     """Whether ``model``'s groups run their handlers without a savepoint each
     (``queue_atomic_group_optimistic``; see the module's docstring)."""
     return bool(getattr(model, "queue_atomic_group_optimistic", False))
+
+
+def _optimistic(claimed: ClaimedRows, chunk: list[QueueMixin]) -> bool:
+    """Run ``chunk`` as an optimistic group, and again with savepoints if a handler failed.
+    Returns whether the claim's next groups may run optimistic too: not after a failure,
+    which cost the handlers before it a second run (a claim whose handlers fail would pay
+    that for every group); the next claim tries again."""
+    first = _group(claimed, chunk, _bare)
+    if first is None:
+        return True
+    if not _left_in_transaction(claimed, chunk):
+        _group(claimed, chunk, _in_savepoint, {first.row.pk: first.error})
+    return False
 
 
 #: How a group runs one handler: its park or error (None: a success). :func:`_bare` raises

@@ -2,7 +2,8 @@
 savepoint each; the first failure rolls the whole group back and the group runs again with the
 savepoints, the failed row not again. What commits is what the savepoint groups commit
 (test_core_contract.py, test_worker.py and test_bad_input.py run their group tests both ways);
-these tests pin what differs: which handlers run twice, the hooks, the statements."""
+these tests pin what differs: which handlers run twice, the hooks, the statements, and that
+after a failure the claim's later groups run with savepoints."""
 
 from __future__ import annotations
 
@@ -83,6 +84,18 @@ def test_a_group_with_no_failure_runs_each_handler_once_and_sends_no_savepoint(c
     # The worker's own savepoints (its registration) are the same both ways: a group of six
     # with savepoints sends six SAVEPOINTs and six RELEASEs more.
     assert sent["GroupedAtomicJob"] - sent["OptimisticGroupJob"] == 6 * 2
+
+
+def test_after_a_failure_the_claims_later_groups_run_with_savepoints(calls) -> None:
+    # Three groups of ten in one claim: the first fails at its fourth row and runs again; the
+    # third fails at its sixth, and had it run optimistic its first five would run twice.
+    rows = OptimisticGroupJob.objects.bulk_create(
+        OptimisticGroupJob(name="counted", fail_times=99 if n in (3, 25) else 0) for n in range(30)
+    )
+    Worker(models=[OptimisticGroupJob], burst=True, handle_signals=False, batch_size=30, max_jobs=30).run()
+    assert [calls[row.pk] for row in rows] == [2, 2, 2] + [1] * 27
+    failed = {rows[3].pk, rows[25].pk}
+    assert ledger_runs(OptimisticGroupJob) == {row.pk: 1 for row in rows if row.pk not in failed}
 
 
 def test_a_handler_that_exits_fails_alone_and_stops_the_worker(calls) -> None:
