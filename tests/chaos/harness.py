@@ -77,7 +77,12 @@ def migrate_private_database(admin_url: str, worker_url: str) -> dict[str, str]:
 
 
 POISON = 99  # fail_times of a row that fails every attempt
-MODELS = ("testapp.ChaosLeaseJob", "testapp.ChaosAtomicJob", "testapp.ChaosAtomicSingleJob")
+MODELS = (
+    "testapp.ChaosLeaseJob",
+    "testapp.ChaosAtomicJob",
+    "testapp.ChaosAtomicSingleJob",
+    "testapp.ChaosAtomicOptimisticJob",
+)
 
 
 def table_labels(model: type) -> list[str]:
@@ -742,6 +747,7 @@ class Harness:
         from tests.testapp.models import (
             ChaosArchive,
             ChaosAtomicJob,
+            ChaosAtomicOptimisticJob,
             ChaosAtomicSingleJob,
             ChaosBatch,
             ChaosLeaseJob,
@@ -811,6 +817,9 @@ class Harness:
                 # than in groups of four: the history records the model that ran them.
                 counters["atomic: attempts run one per transaction"] = QueueAttempt.objects.filter(
                     model=ChaosAtomicSingleJob._meta.label
+                ).count()
+                counters["atomic: attempts run in optimistic groups"] = QueueAttempt.objects.filter(
+                    model=ChaosAtomicOptimisticJob._meta.label
                 ).count()
                 counters["atomic: rows whose effects committed more than once"] = sum(
                     1 for r in runs.values() if len(r) > 1

@@ -46,3 +46,4 @@ def test_quick_chaos_run_loses_nothing_and_doubles_nothing(tmp_path) -> None:
     ), report
     assert counters["outcomes recorded by clock-skewed workers"] > 0, report
     assert counters["atomic: attempts run one per transaction"] > 0, report
+    assert counters["atomic: attempts run in optimistic groups"] > 0, report

@@ -332,6 +332,16 @@ class ChaosAtomicSingleJob(ChaosAtomicJob):
         proxy = True
 
 
+class ChaosAtomicOptimisticJob(ChaosAtomicJob):
+    """The same rows (a proxy), in optimistic groups of four (no savepoints; a failure runs
+    the group again with them): the third path a chaos row may go through."""
+
+    queue_atomic_group_optimistic = True
+
+    class Meta:
+        proxy = True
+
+
 class HostileBase(QueueMixin):
     """Bad input for the worker: handlers that raise BaseException subclasses, delete their
     own row, or read a payload they cannot use."""
