@@ -20,6 +20,7 @@ from .flow import limits, unique
 from .models import CLAIM_INDEX_FIELDS, QUEUE_FIELDS, QueueMixin, queue_models
 from .retry import RetryPolicy
 from .settings_checks import check_settings  # noqa: F401 - registers the settings checks
+from .worker.sizing import atomic_group
 
 #: The index aging reads its longest-waiting rows from (docs/fair-share.md).
 AGING_INDEX_FIELDS = ("queue_state", "queue_run_at")
@@ -97,6 +98,7 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
                     id="django_dbqueue.E005",
                 )
             )
+    errors.extend(_check_optimistic_group(model))
     errors.extend(_check_unique(model))
     errors.extend(checks.Error(text, obj=model, id="django_dbqueue.E030") for text in limits.problems(model))
     errors.extend(
@@ -124,6 +126,31 @@ def _check_model(model: type[QueueMixin]) -> list[checks.CheckMessage]:
             )
         )
     return errors
+
+
+def _check_optimistic_group(model: type[QueueMixin]) -> list[checks.CheckMessage]:
+    """``queue_atomic_group_optimistic`` is a bool (``"no"`` would count as true), and only
+    means something for an atomic model whose groups hold more than one job."""
+    value = model.queue_atomic_group_optimistic
+    label = model._meta.label
+    if not isinstance(value, bool):
+        return [
+            checks.Error(
+                f"{label}.queue_atomic_group_optimistic must be True or False, not {value!r}.",
+                obj=model,
+                id="django_dbqueue.E009",
+            )
+        ]
+    if value and atomic_group(model) == 1:
+        return [
+            checks.Warning(
+                f"{label}.queue_atomic_group_optimistic has no effect: its jobs run one per transaction.",
+                hint="Set queue_atomic = True and queue_atomic_group above 1, or remove it.",
+                obj=model,
+                id="django_dbqueue.W003",
+            )
+        ]
+    return []
 
 
 def _check_aging_index(model: type[QueueMixin]) -> list[checks.CheckMessage]:

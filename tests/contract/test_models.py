@@ -93,6 +93,33 @@ def test_check_catches_bad_class_attributes_and_a_missing_handler() -> None:
     )
 
 
+@isolate_apps("tests.testapp")
+def test_check_catches_an_optimistic_group_that_is_not_a_bool_or_has_no_group() -> None:
+    class NotABool(QueueMixin):
+        queue_atomic = True
+        queue_atomic_group = 10
+        queue_atomic_group_optimistic = "no"  # would count as true
+
+        class Meta(QueueMixin.Meta):
+            app_label = "testapp"
+
+        def process(self) -> None:
+            pass
+
+    class NoGroup(QueueMixin):
+        queue_atomic = True  # one job per transaction: nothing to be optimistic about
+        queue_atomic_group_optimistic = True
+
+        class Meta(QueueMixin.Meta):
+            app_label = "testapp"
+
+        def process(self) -> None:
+            pass
+
+    assert "django_dbqueue.E009" in _ids(_check_model(NotABool))
+    assert _ids(_check_model(NoGroup)) == {"django_dbqueue.W003"}
+
+
 def test_check_requires_use_tz(settings) -> None:
     settings.USE_TZ = False
     assert "django_dbqueue.E001" in _ids(check_queue_models())
