@@ -324,17 +324,25 @@ def _group(
     return None
 
 
+def _run_in_group(claimed: ClaimedRows, row: QueueMixin) -> tuple[Park | None, BaseException | None]:
+    """One handler of a group, in the group's transaction or in its own savepoint: its park
+    or its error (neither: a success). A row someone asked to cancel does not run, and one
+    asked while it ran fails all the same (see :func:`_one`); a group locks its rows by a
+    read first (see :func:`_parked`)."""
+    using = claimed.claim.using
+    error = claimed.cancelled(row) or claimed.context.call(row) or left_for_rollback(using)
+    return _parked(claimed, row, error or claimed.cancelled(row), None)
+
+
 def _bare(claimed: ClaimedRows, row: QueueMixin) -> BaseException | None:
     """An optimistic group's run of one handler, in the group's transaction itself: its
     park (None: a success); any failure raises :class:`GroupFailed`, which rolls the group
     back. A row someone asked to cancel before it ran fails without running: it did
     nothing to undo."""
-    using = claimed.claim.using
     cancelled = claimed.cancelled(row)
     if cancelled is not None:
         return cancelled
-    error = claimed.context.call(row) or left_for_rollback(using) or claimed.cancelled(row)
-    park, error = _parked(claimed, row, error, None)  # a group locks by a read first
+    park, error = _run_in_group(claimed, row)
     if error is not None:
         raise GroupFailed(row, error)
     return park
@@ -344,9 +352,7 @@ def _in_savepoint(claimed: ClaimedRows, row: QueueMixin) -> BaseException | None
     using = claimed.claim.using
     try:
         with transaction.atomic(using=using):
-            error = claimed.cancelled(row) or claimed.context.call(row) or left_for_rollback(using)
-            error = error or claimed.cancelled(row)  # see _one
-            park, error = _parked(claimed, row, error, None)  # a group locks by a read first
+            park, error = _run_in_group(claimed, row)
             if error is not None:
                 raise HandlerFailed(error)
             if park is not None:
