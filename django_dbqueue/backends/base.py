@@ -52,6 +52,20 @@ class HeadsLockSql:
     limit: Any
 
 
+@dataclass(frozen=True)
+class WalkStep:
+    """How a recursive walk (:meth:`QueueBackend.fair_walk_sql` on PostgreSQL) steps through
+    one part after the part's first key. ``rows``: the claim's rows without the part's range
+    of keys. Each step's "past the key before" is the only lower bound a step needs, and a
+    second range condition on the key cost every dive's scan-key set-up about 2 µs (0.2 ms of
+    a walk over 100 keys, 2026-11-29). ``upper``: the part's inclusive upper bound (SQL, or
+    None), which the walk checks on the key it stands on, not in the index: it stops at the
+    first key not below it and leaves a key found past it out."""
+
+    rows: Any
+    upper: SqlParams | None = None
+
+
 class QueueBackend:
     """The generic answers; a vendor's subclass overrides what it does differently."""
 
@@ -141,6 +155,7 @@ class QueueBackend:
         extra: SqlParams | None = None,
         turn: SqlParams | None = None,
         lock: HeadsLockSql | None = None,
+        steps: Sequence[WalkStep] | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
         """The SELECT of the fair claim's walk (``fairness/heads.py``): in one statement, up
         to ``limit`` keys of each of the READY ``parts`` (QuerySets without a state filter,
@@ -152,7 +167,9 @@ class QueueBackend:
         statement is built once and run with parameters only). ``extra``, a SELECT of the same
         five columns, is sent in the same statement (``UNION ALL``; one round trip less).
         ``turn``: :meth:`fair_turn_ctes`' (None where that is None). ``lock``: only where
-        :attr:`locking_ctes` (PostgreSQL's override)."""
+        :attr:`locking_ctes` (PostgreSQL's override). ``steps``, one per part: how a
+        recursive walk steps through it (:class:`WalkStep`; a walk that reads key ranges, as
+        this one does, has no use for them)."""
         if lock is not None:
             raise NotImplementedError(f"{self.vendor} cannot lock a walk's heads in its statement")
         branches: list[str] = []

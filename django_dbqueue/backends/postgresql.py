@@ -14,7 +14,7 @@ from django.db import connections, transaction
 from django.db.models import BooleanField, F, Func, Value
 from django.db.models.expressions import RawSQL
 
-from .base import HeadsLockSql, QueueBackend, SqlParams, compiled, run_quietly
+from .base import HeadsLockSql, QueueBackend, SqlParams, WalkStep, compiled, run_quietly
 from .error_groups import masked_last_line
 from .postgresql_partitions import PostgreSQLPartitioning
 
@@ -69,6 +69,7 @@ class PostgreSQLBackend(QueueBackend):
         extra: SqlParams | None = None,
         turn: SqlParams | None = None,
         lock: HeadsLockSql | None = None,
+        steps: Sequence[WalkStep] | None = None,
     ) -> tuple[str, tuple[Any, ...]]:
         """PostgreSQL 15 has no loose index scan (a GROUP BY would read every READY row): a
         recursive walk per part takes one key at a time, each step one index dive on the fair
@@ -81,7 +82,11 @@ class PostgreSQLBackend(QueueBackend):
 
         ``lock`` (with ``turn``; see :meth:`_heads_lock`): the same statement also locks the
         heads of the first keys with nothing running and moves the turn past the last of
-        them; every row then has a sixth column, the database's now of the locked rows."""
+        them; every row then has a sixth column, the database's now of the locked rows.
+
+        ``steps`` (:class:`~.base.WalkStep`, one per part; None: each part steps through its
+        own rows): a step dives past the key before through the claim's rows alone, the
+        part's upper bound checked on the key the walk stands on."""
         ctes: list[str] = []
         selects: list[str] = []
         params: list[Any] = []
@@ -94,8 +99,9 @@ class PostgreSQLBackend(QueueBackend):
         if lock is not None:
             columns += ", CAST(NULL AS timestamptz)"
         for number, part in enumerate(parts):
-            cte, cte_params = self._walk_cte(f"dbqueue_walk{number}", part, key, limit)
-            ctes.append(cte)
+            step = steps[number] if steps is not None else WalkStep(part)
+            walk_ctes, cte_params = self._walk_cte(f"dbqueue_walk{number}", part, step, key, limit)
+            ctes.extend(walk_ctes)
             params.extend(cte_params)
             selects.append(f"SELECT {number}, {columns} FROM dbqueue_walk{number}")
         if lock is not None:
@@ -153,20 +159,35 @@ class PostgreSQLBackend(QueueBackend):
         ]
         return ctes, selects, [*lock.held[1], lock.limit, *lock.rows[1], *lock.move[1]]
 
-    def _walk_cte(self, name: str, rows: Any, key: str, limit: Any) -> tuple[str, list[Any]]:
+    def _walk_cte(
+        self, name: str, rows: Any, step: WalkStep, key: str, limit: Any
+    ) -> tuple[list[str], list[Any]]:
+        """The CTE ``name``: up to ``limit`` keys of ``rows`` in key order, each with its head
+        (``dbqueue_key, dbqueue_pk, dbqueue_priority, dbqueue_n``). The first is the first due
+        row of ``rows``; each next one the first due row of ``step.rows`` past the key before
+        (one index dive). With ``step.upper``, the walk stops on the first key not below it,
+        and a second CTE (``name`` then, the walk ``{name}_all``) leaves out the one key it
+        may have found past it."""
         order = (key, "-queue_priority", "queue_run_at", "pk")
-        due = rows.ready().order_by(*order)
-        first = due.filter(**{f"{key}__isnull": False}).annotate(dbqueue_n=Value(1))
-        first = first.values_list(key, "pk", "queue_priority", "dbqueue_n")[:1]
-        first_sql, first_params = compiled(first)
-        after = due.filter(**{f"{key}__gt": RawSQL(f"{name}.dbqueue_key", ())})
+        walk = f"{name}_all" if step.upper is not None else name
+        first = rows.ready().order_by(*order).filter(**{f"{key}__isnull": False}).annotate(dbqueue_n=Value(1))
+        first_sql, first_params = compiled(first.values_list(key, "pk", "queue_priority", "dbqueue_n")[:1])
+        after = step.rows.ready().order_by(*order).filter(**{f"{key}__gt": RawSQL(f"{walk}.dbqueue_key", ())})
         next_sql, next_params = compiled(after.values_list(key, "pk", "queue_priority")[:1])
-        cte = (
-            f"{name}(dbqueue_key, dbqueue_pk, dbqueue_priority, dbqueue_n) AS ("
-            f"({first_sql}) UNION ALL SELECT dbqueue_next.*, {name}.dbqueue_n + 1 FROM {name} "
-            f"CROSS JOIN LATERAL ({next_sql}) dbqueue_next WHERE {name}.dbqueue_n < %s)"
-        )
-        return cte, [*first_params, *next_params, limit]
+        go_on, go_on_params = f"{walk}.dbqueue_n < %s", [limit]
+        if step.upper is not None:
+            go_on += f" AND {walk}.dbqueue_key < ({step.upper[0]})"
+            go_on_params.extend(step.upper[1])
+        ctes = [
+            f"{walk}(dbqueue_key, dbqueue_pk, dbqueue_priority, dbqueue_n) AS ("
+            f"({first_sql}) UNION ALL SELECT dbqueue_next.*, {walk}.dbqueue_n + 1 FROM {walk} "
+            f"CROSS JOIN LATERAL ({next_sql}) dbqueue_next WHERE {go_on})"
+        ]
+        params = [*first_params, *next_params, *go_on_params]
+        if step.upper is not None:
+            ctes.append(f"{name} AS (SELECT * FROM {walk} WHERE dbqueue_key <= ({step.upper[0]}))")
+            params.extend(step.upper[1])
+        return ctes, params
 
     def locking_statement(
         self, selects: Sequence[SqlParams], limit: int | None, writes: Sequence[SqlParams] = ()

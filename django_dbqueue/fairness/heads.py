@@ -35,7 +35,7 @@ from django.db.models import Count
 from django.db.models.expressions import RawSQL
 
 from ..backends import DbNow, backend_for, compiled
-from ..backends.base import HeadsLockSql
+from ..backends.base import HeadsLockSql, WalkStep
 from ..states import QueueState
 from . import rotation
 
@@ -227,7 +227,7 @@ class Walker:
         turn: SqlParams | None,
         lock: bool = False,
     ) -> SqlParams:
-        parts = []
+        parts, steps = [], []
         for number, segment in enumerate(segments):
             part = self.qs
             if segment.lookup is not None:
@@ -235,12 +235,23 @@ class Walker:
             if segment.after is not None:
                 part = part.filter(**{f"{self.key}__gt": self._marker(("after", number))})
             parts.append(part)
+            steps.append(WalkStep(self.qs, self._upper(segment, number)))
         budget = None if loose else Marker("budget")
         extra = _running_rows(self.qs, self.key) if with_running and not lock else None
         heads_lock = self._heads_lock() if lock else None
         return backend_for(self.qs.db).fair_walk_sql(
-            parts, self.key, Marker("limit"), budget, self._heads, extra, turn, heads_lock
+            parts, self.key, Marker("limit"), budget, self._heads, extra, turn, heads_lock, steps
         )
+
+    def _upper(self, segment: Segment, number: int) -> SqlParams | None:
+        """The segment's inclusive upper bound as SQL (a recursive walk's stop: ``WalkStep``);
+        its lower bounds (``gt`` the turn, past ``after``) need none, a walk's steps go past
+        its first key."""
+        if segment.lookup != "lte":
+            return None
+        if segment.bound is TURN_IN_STATEMENT:
+            return _TURN_BOUND, ()
+        return "%s", (Marker(("bound", number)),)
 
     def walk(
         self,
