@@ -13,10 +13,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_dbqueue.backends import backend_for
-from django_dbqueue.fairness import bounded, options
+from django_dbqueue.fairness import bounded, heads, options, rotation
 from django_dbqueue.fairness.bounded import bounded_order
 from django_dbqueue.fairness.options import fair_share_of
 from django_dbqueue.fairness.ranking import fair_order
+from django_dbqueue.states import QueueState
 from tests.conftest import every_database
 from tests.features.fairness.scenarios import fill
 from tests.testapp.models import FairJob
@@ -54,6 +55,35 @@ def test_the_bounded_order_is_the_ranking_of_every_due_row(seed: int, weighted: 
         assert bounded_order(FairJob.objects.all(), fair, window) == fair_order(
             FairJob.objects.all(), fair, window
         ), f"seed {seed}, window {window}"
+
+
+@pytest.mark.parametrize("turn", ["k3", "k2x"])
+def test_the_walk_back_to_the_turn_stops_there(turn: str) -> None:
+    """The round robin's second range runs from the first key to the turn's key. A walk
+    checks that bound on the key it stands on (PostgreSQL: not in each dive, see
+    ``WalkStep``): when the turn's key has nothing due (its row in flight; or a key with no
+    rows at all, "k2x"), the step from the key before it lands past it, on a key the first
+    range served; that key is left out, and no key comes twice."""
+    FairJob.queue_fair_weights = None
+    options.fair_share_of.cache_clear()
+    rows = FairJob.objects.bulk_create([FairJob(customer=f"k{n}") for n in range(1, 6)])
+    FairJob.objects.filter(pk=rows[2].pk).update(queue_state=QueueState.RUNNING)  # k3's one row
+    rotation.served(FairJob, "default", turn)
+    fair = fair_share_of(FairJob)
+    assert fair is not None
+    for window in (1, 2, 4, 10):
+        order = bounded_order(FairJob.objects.all(), fair, window)
+        assert order == fair_order(FairJob.objects.all(), fair, window), window
+        # After either turn the first range holds k4 and k5 (k3 has nothing READY).
+        wanted = ["k4", "k5", "k1", "k2"]
+        assert [key for _pk, key in order] == wanted[:window], window
+    # The walk itself (the order above would hide a key walked twice: the ranking takes a
+    # key once): the second range ends at the turn, though the step after k2 found k4.
+    qs = FairJob.objects.all()
+    walker = heads.Walker(qs, "customer", heads.filters_of(qs))
+    segments = [heads.Segment("gt", turn), heads.Segment("lte", turn)]
+    walked, _held, _turn = walker.walk(segments, 10, None)
+    assert [[key for key, _head in keys] for keys, _ran_out in walked] == [["k4", "k5"], ["k1", "k2"]]
 
 
 @pytest.fixture(autouse=True)
