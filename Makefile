@@ -74,9 +74,9 @@ test: venv services test-passes
 TEST_JOBS ?= 3
 TEST_TIMES ?= $(CURDIR)/test-times.log
 TIMED = TEST_TIMES=$(TEST_TIMES) bash scripts/timed.sh
-TEST_PASSES = test-mariadb-wings test-postgresql-prepared test-postgresql-contract test-sqlite-wings \
-              test-mariadb-contract test-sqlite-contract test-spark $(TEST_DJANGO_SERIES:%=test-django-%) \
-              test-postgresql-wings test-admin $(PYTHON_SERIES:%=test-python-%) test-install lint check \
+TEST_PASSES = test-mariadb-wings test-postgresql-contract $(TEST_DJANGO_SERIES:%=test-django-%) \
+              test-sqlite-wings test-postgresql-wings test-mariadb-contract test-spark test-sqlite-contract \
+              test-postgresql-prepared $(PYTHON_SERIES:%=test-python-%) test-admin test-install lint check \
               docs package
 test-passes: venv services
 	@rm -f $(TEST_TIMES)
@@ -171,14 +171,14 @@ test-spark: venv services
 # PostgreSQL through psycopg's server-side binding with prepared statements (DBQUEUE_TEST_PREPARED,
 # tests/settings.py; docs/reference/databases.md): the queue's contract, and the fair and
 # flow-control claims, whose statements are built once with parameters the server now types.
-# Not the workers' signals and process deaths (PREPARED_SKIP): their statements are the ones
-# the in-process contract tests send, and they were a third of the pass's time (128 of 372 s
-# alone, 2026-11-29), the longest of `make test`'s passes.
+# In-process tests only (`-m "not processes"`): the tests that start runqueue processes (signals,
+# deaths, timeouts, concurrent workers) send the statements the in-process tests send, and
+# they were half of the pass's time (176 s alone without them, 372 s with, 2026-11-29), the
+# longest of `make test`'s passes; they run on PostgreSQL in test-postgresql-contract.
 PREPARED_TESTS := $(CONTRACT_TESTS) tests/features/fairness tests/features/flow
-PREPARED_SKIP := tests/contract/test_signals.py tests/contract/test_processes.py
 test-postgresql-prepared: venv services
 	$(TIMED) $@ env DATABASE_URL=$(POSTGRES_URL)_prepared DBQUEUE_TEST_PREPARED=1 \
-	  DBQUEUE_TESTS_EVERY_DATABASE=1 $(PYTEST) $(PREPARED_TESTS) $(PREPARED_SKIP:%=--ignore=%)
+	  DBQUEUE_TESTS_EVERY_DATABASE=1 $(PYTEST) -m "not processes" $(PREPARED_TESTS)
 
 test-admin: venv services
 	$(TIMED) $@ env DATABASE_URL=$(POSTGRES_URL)_admin $(PYTEST) tests/surfaces/admin
