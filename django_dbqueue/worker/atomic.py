@@ -117,10 +117,7 @@ def _one(claimed: ClaimedRows, row: QueueMixin) -> None:
             if not held:
                 lost = True
             else:
-                error = claimed.cancelled(row) or claimed.context.call(row) or left_for_rollback(using)
-                # Asked to cancel while it ran, and it finished anyway: nothing of it commits.
-                error = error or claimed.cancelled(row)
-                park, error = _parked(claimed, row, error, written_at)
+                park, error = _run_handler(claimed, row, written_at)
                 if error is not None:
                     transaction.set_rollback(True, using=using)
                 else:
@@ -324,14 +321,17 @@ def _group(
     return None
 
 
-def _run_in_group(claimed: ClaimedRows, row: QueueMixin) -> tuple[Park | None, BaseException | None]:
-    """One handler of a group, in the group's transaction or in its own savepoint: its park
-    or its error (neither: a success). A row someone asked to cancel does not run, and one
-    asked while it ran fails all the same (see :func:`_one`); a group locks its rows by a
-    read first (see :func:`_parked`)."""
+def _run_handler(
+    claimed: ClaimedRows, row: QueueMixin, written_at: datetime | None = None
+) -> tuple[Park | None, BaseException | None]:
+    """One handler, in its job's transaction, its group's, or its own savepoint in a group:
+    its park or its error (neither: a success). A row someone asked to cancel does not run;
+    one asked to cancel while it ran, and that finished anyway, fails all the same (nothing of
+    it commits). ``written_at``: when its success was written before it ran (:func:`_hold`;
+    None in a group, which locks its rows by a read first; see :func:`_parked`)."""
     using = claimed.claim.using
     error = claimed.cancelled(row) or claimed.context.call(row) or left_for_rollback(using)
-    return _parked(claimed, row, error or claimed.cancelled(row), None)
+    return _parked(claimed, row, error or claimed.cancelled(row), written_at)
 
 
 def _bare(claimed: ClaimedRows, row: QueueMixin) -> BaseException | None:
@@ -342,7 +342,7 @@ def _bare(claimed: ClaimedRows, row: QueueMixin) -> BaseException | None:
     cancelled = claimed.cancelled(row)
     if cancelled is not None:
         return cancelled
-    park, error = _run_in_group(claimed, row)
+    park, error = _run_handler(claimed, row)
     if error is not None:
         raise GroupFailed(row, error)
     return park
@@ -352,7 +352,7 @@ def _in_savepoint(claimed: ClaimedRows, row: QueueMixin) -> BaseException | None
     using = claimed.claim.using
     try:
         with transaction.atomic(using=using):
-            park, error = _run_in_group(claimed, row)
+            park, error = _run_handler(claimed, row)
             if error is not None:
                 raise HandlerFailed(error)
             if park is not None:
