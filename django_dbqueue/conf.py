@@ -125,6 +125,11 @@ class Settings:
     MAX_ERROR_LENGTH = Setting(20_000, WHOLE, 1, 1_000_000)
     #: How often a claim is retried after a deadlock or lock-wait timeout (0: never).
     DEADLOCK_RETRIES = Setting(5, WHOLE, 0, 100)
+    #: PostgreSQL: run the claim's statements whose text repeats (the fair walk, the aging and
+    #: flow-control reads) as prepared statements, planned once per connection
+    #: (backends/prepared.py). False behind a pooler that gives each transaction another
+    #: server session (PgBouncer in transaction mode).
+    PREPARED_STATEMENTS = Setting(True, FLAG)
     #: Seconds between two heartbeats of a worker in the WorkerProcess table.
     HEARTBEAT_INTERVAL = Setting(10.0, SECONDS, 0.01, DAY)
     #: Write a QueueAttempt row for every attempt (a model's ``queue_history`` wins).

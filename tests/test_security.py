@@ -29,6 +29,14 @@ REVIEWED = {
         "the fair claim's recursive walk names its own CTE's column (dbqueue_walk<n>.dbqueue_key, "
         "a name the code makes from a loop counter, no data); every value a parameter"
     ),
+    ("django_dbqueue/backends/prepared.py", "_prepare"): (
+        "PREPARE <name> AS <text>: the name a hash digest and a counter; the text is the library's "
+        "own statement with its values quoted by psycopg's mogrify(), as its client-side binding "
+        "quotes them for any statement; DEALLOCATE <name> likewise"
+    ),
+    ("django_dbqueue/backends/prepared.py", "fetch_prepared"): (
+        "EXECUTE <name>: a name _prepare() made from a hash digest and a counter, no data"
+    ),
     ("django_dbqueue/queue/history.py", "copy_attempts"): (
         "INSERT … SELECT of attempt rows: identifiers through quote_name(), the key's text cast "
         "from backends/, one %s per id; every value a parameter"

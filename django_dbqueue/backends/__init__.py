@@ -66,7 +66,8 @@ def backend_for(alias: str) -> QueueBackend:
 
 def retry_on_lock_conflicts(using: str, operation: Callable[[], T], what: str) -> T:
     """Run ``operation`` (one whole transaction), retrying deadlocks and lock-wait timeouts
-    with jittered, growing pauses (``DBQUEUE_DEADLOCK_RETRIES`` times).
+    with jittered, growing pauses (``DBQUEUE_DEADLOCK_RETRIES`` times), and a claim whose
+    prepared statement the session lost (``backend.must_run_again``).
 
     Inside a caller's transaction a retry is impossible (the transaction is already rolled
     back), so the error goes up unchanged there.
@@ -77,9 +78,9 @@ def retry_on_lock_conflicts(using: str, operation: Callable[[], T], what: str) -
         try:
             return operation()
         except OperationalError as exc:
-            if attempt == retries or connections[using].in_atomic_block or not backend.is_lock_conflict(exc):
+            if attempt == retries or connections[using].in_atomic_block or not backend.must_run_again(exc):
                 raise
             pause = random.uniform(0, 0.02 * 2**attempt)
-            logger.info("%s hit a lock conflict (%s); retry %d in %.3fs", what, exc, attempt + 1, pause)
+            logger.info("%s must run again (%s); retry %d in %.3fs", what, exc, attempt + 1, pause)
             time.sleep(pause)
     raise AssertionError("unreachable")

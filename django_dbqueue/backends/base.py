@@ -251,9 +251,24 @@ class QueueBackend:
         """A deadlock or lock-wait timeout: the whole transaction may safely be retried."""
         return False
 
+    def must_run_again(self, exc: BaseException) -> bool:
+        """The whole transaction failed for a reason running it again removes: a lock
+        conflict, or (PostgreSQL) a prepared statement its session lost (backends/prepared.py)."""
+        return self.is_lock_conflict(exc)
+
     def is_read_only(self, exc: BaseException) -> bool:
         """The server refuses writes (a replica, a read-only switch-over): wait and reconnect."""
         return False
+
+    # -- statements run again and again ------------------------------------------------------
+
+    def fetch_repeated(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """The rows of a statement the claim runs with the same text at every claim of a
+        model (the fair walk, the aging and flow-control reads), through Django's cursor.
+        PostgreSQL prepares it (backends/prepared.py); elsewhere it is run as it is."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            return [tuple(row) for row in cursor.fetchall()]
 
     # -- SQL text ------------------------------------------------------------------------------
 

@@ -14,9 +14,12 @@ from django.db import connections, transaction
 from django.db.models import BooleanField, F, Func, Value
 from django.db.models.expressions import RawSQL
 
+from ..conf import settings
 from .base import HeadsLockSql, QueueBackend, SqlParams, WalkStep, compiled, run_quietly
 from .error_groups import masked_last_line
 from .postgresql_partitions import PostgreSQLPartitioning
+from .prepared import StatementLost, fetch_prepared
+from .sqlstate import sqlstate
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -29,11 +32,6 @@ CHANNEL = "django_dbqueue"
 LOCK_CONFLICTS = frozenset({"40001", "40P01", "55P03"})
 #: read_only_sql_transaction (a hot standby, default_transaction_read_only).
 READ_ONLY = frozenset({"25006"})
-
-
-def _sqlstate(exc: BaseException) -> str | None:
-    cause = exc.__cause__ or exc
-    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
 class EqualsAny(Func):
@@ -255,10 +253,18 @@ class PostgreSQLBackend(QueueBackend):
         return masked_last_line(column, word_boundary=r"\y", every=(Value("g"),))
 
     def is_lock_conflict(self, exc: BaseException) -> bool:
-        return _sqlstate(exc) in LOCK_CONFLICTS
+        return sqlstate(exc) in LOCK_CONFLICTS
+
+    def fetch_repeated(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        if not settings.PREPARED_STATEMENTS:
+            return super().fetch_repeated(statement, params)
+        return fetch_prepared(self.connection, statement, params)
+
+    def must_run_again(self, exc: BaseException) -> bool:
+        return self.is_lock_conflict(exc) or isinstance(exc, StatementLost)
 
     def is_read_only(self, exc: BaseException) -> bool:
-        return _sqlstate(exc) in READ_ONLY
+        return sqlstate(exc) in READ_ONLY
 
     def bound_idle_transactions(self, connection: BaseDatabaseWrapper, seconds: float) -> bool:
         # In milliseconds; set_config() takes it as a parameter (SET cannot).

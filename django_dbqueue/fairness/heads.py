@@ -72,10 +72,9 @@ class Statement:
 
     def fetch(self, using: str, values: dict[Any, Any]) -> list[tuple[Any, ...]]:
         """The rows of this statement run on database ``using`` with ``values`` filled in
-        (through Django's cursor; the driver's types, no converters)."""
-        with connections[using].cursor() as cursor:
-            cursor.execute(self.sql, self.filled(values))
-            return [tuple(row) for row in cursor.fetchall()]
+        (through Django's cursor; the driver's types, no converters). Its text repeats from
+        claim to claim: PostgreSQL runs it prepared (backends/prepared.py)."""
+        return backend_for(using).fetch_repeated(self.sql, self.filled(values))
 
 
 _statements: dict[tuple[Any, ...], Statement] = {}
