@@ -21,11 +21,14 @@ from django_dbqueue.models import QueueFairTurn
 from django_dbqueue.queue.outcome import Outcome
 from django_dbqueue.queue.record import record
 from django_dbqueue.states import QueueState
+from tests.conftest import running_vendor
 from tests.testapp.models import FairJob
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.databases("postgresql", reason="only PostgreSQL prepares the claim's statements"),
+    # The passes that run every test on one database (DBQUEUE_TESTS_EVERY_DATABASE) keep it.
+    pytest.mark.skipif(running_vendor() != "postgresql", reason="only PostgreSQL prepares them"),
     pytest.mark.skipif(
         bool(os.environ.get("DBQUEUE_TEST_PREPARED")),
         reason="psycopg's server-side binding prepares by itself (test_prepared_statements.py)",
