@@ -122,22 +122,15 @@ def fetch_prepared(wrapper: Any, sql: str, params: Any) -> list[tuple[Any, ...]]
     with wrapper.cursor() as cursor:
         session = _session(wrapper.connection)
         # psycopg's server-side binding has no mogrify(): there psycopg prepares by itself.
-        mogrify = getattr(cursor, "mogrify", None)
-        off = mogrify is None or session.losses >= LOSSES_BEFORE_OFF
-        key = None if off else _key(sql, params)
+        can_prepare = hasattr(cursor, "mogrify") and session.losses < LOSSES_BEFORE_OFF
+        key = _key(sql, params) if can_prepare else None
         name = None if key is None else session.name_for(key)
-        if key is None or name is None or mogrify is None:
+        if key is None or name is None:
             cursor.execute(sql, params)
             return [tuple(row) for row in cursor.fetchall()]
         try:
             if not name:
-                text = mogrify(sql, params)  # psycopg2's is bytes
-                text = (
-                    text.decode(getattr(wrapper.connection, "encoding", "utf-8"))
-                    if isinstance(text, bytes)
-                    else text
-                )
-                name = _prepare(cursor, session, key, text)
+                name = _prepare(cursor, session, key, _text(cursor, sql, params))
             cursor.execute(f"EXECUTE {name}")
         except DatabaseError as exc:
             if sqlstate(exc) not in LOST:
@@ -145,6 +138,13 @@ def fetch_prepared(wrapper: Any, sql: str, params: Any) -> list[tuple[Any, ...]]
             _lost(session, exc)
             raise StatementLost(f"a prepared statement of the claim was lost ({exc}); run it again") from exc
         return [tuple(row) for row in cursor.fetchall()]
+
+
+def _text(cursor: Any, sql: str, params: Any) -> str:
+    """``sql`` with ``params`` in it, quoted by the driver as its client-side binding quotes
+    them (psycopg2's ``mogrify()`` gives bytes in the connection's encoding)."""
+    text = cursor.mogrify(sql, params)
+    return text.decode(cursor.connection.encoding) if isinstance(text, bytes) else text
 
 
 def _prepare(cursor: Any, session: _Session, key: Key, text: str) -> str:
