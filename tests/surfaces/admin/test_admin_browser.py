@@ -156,13 +156,25 @@ def test_operator_filters_by_customer_and_date_and_reprioritises(
 
 
 def login(browser: Any, live_server: Any, path: str) -> None:
+    """Log in as a superuser and land on ``path``. Returns once the browser has left the login
+    page: ``click()`` returns as soon as the form is sent, and the server's password check
+    takes a while (PBKDF2). A test that read the page at once read the login page, and ended
+    (its teardown emptying the tables) while the server was still logging the user in."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     User.objects.create_superuser("operator", "op@example.com", "s3cret-pass")
     browser.get(f"{live_server.url}/admin/login/?next={path}")
     browser.find_element(By.NAME, "username").send_keys("operator")
     browser.find_element(By.NAME, "password").send_keys("s3cret-pass")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    WebDriverWait(browser, 60).until(
+        lambda driver: (
+            "/admin/login/" not in driver.current_url
+            and driver.execute_script("return document.readyState") == "complete"
+        ),
+        message=f"the login did not lead to {path}",
+    )
 
 
 def fill_tickets(n: int, day: Any) -> int:
