@@ -34,6 +34,7 @@ from .partitioning import (
     parse_bound,
     partition_suffix,
 )
+from .sqlstate import sqlstate
 
 logger = logging.getLogger("django_dbqueue.backends")
 
@@ -239,11 +240,7 @@ class PostgreSQLPartitioning(HistoryPartitioning):
                     work()
                 return
             except OperationalError as exc:
-                cause = exc.__cause__ or exc
-                if (
-                    attempt == DDL_TRIES - 1
-                    or getattr(cause, "sqlstate", getattr(cause, "pgcode", None)) != "55P03"
-                ):
+                if attempt == DDL_TRIES - 1 or sqlstate(exc) != "55P03":  # lock_not_available
                     raise
                 logger.info("history partitions: a DDL waited too long for its lock; retrying")
                 time.sleep(1 + attempt)

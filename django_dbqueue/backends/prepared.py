@@ -59,7 +59,8 @@ class StatementLost(OperationalError):
     """A prepared statement of the claim was not where it was expected: run the claim again."""
 
 
-#: What a text is known by: the statement and its values (hashable ones only).
+#: What a text is known by: the statement and its values with their types (hashable ones
+#: only): ``1`` and ``True`` are equal in Python but not in the text the driver makes of them.
 Key = tuple[Any, ...]
 
 
@@ -107,7 +108,7 @@ def _session(raw_connection: Any) -> _Session:
 def _key(sql: str, params: Any) -> Key | None:
     """The text's key, None when a value cannot be one (an array of the claim's keys: such a
     text is run once, and never worth preparing)."""
-    key = (sql, *params)
+    key = (sql, *((type(value), value) for value in params))
     try:
         hash(key)
     except TypeError:
