@@ -6,6 +6,10 @@ Uses its own databases (bench_profile, bench_profile_ledger). Prints jobs/s with
 the profiler, SQL statements per job (by kind), and the
 pyinstrument call tree. Needs ``pip install pyinstrument`` in the project's .venv.
 ``BENCH_DBQ_HISTORY=0`` turns the attempt history off, as the benchmark's "history off" rows.
+
+``--drains K`` only drains, K times without a profiler, and prints the medians of the rate and
+of this process's CPU per job: the measure to compare two trees of the library by (run each
+tree's copy of this file in turn, a few rounds, on a quiet machine).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,13 +51,33 @@ def fill(model, n: int) -> None:
         model.objects.bulk_create([model() for _ in range(n)], batch_size=1000)
 
 
-def drain(model, batch: int) -> float:
+def timed_drain(model, batch: int) -> tuple[float, float]:
+    """One drain: jobs per second, and this process's CPU seconds per job."""
     start, cpu = time.perf_counter(), time.process_time()
     stats = Worker(models=[model], batch_size=batch, burst=True, handle_signals=False).run()
     assert stats.succeeded > 0, stats
     wall = time.perf_counter() - start
-    print(f"  ({(time.process_time() - cpu) / stats.succeeded * 1e6:.0f} us CPU per job in this process)")
-    return stats.succeeded / wall
+    return stats.succeeded / wall, (time.process_time() - cpu) / stats.succeeded
+
+
+def drain(model, batch: int) -> float:
+    rate, cpu_per_job = timed_drain(model, batch)
+    print(f"  ({cpu_per_job * 1e6:.0f} us CPU per job in this process)")
+    return rate
+
+
+def drains(model, args: argparse.Namespace) -> None:
+    """``--drains K``: K drains of ``--n`` rows, each on a fresh fill; the medians."""
+    rates, cpus = [], []
+    for _ in range(args.drains):
+        fill(model, args.n)
+        rate, cpu_per_job = timed_drain(model, args.batch)
+        rates.append(rate)
+        cpus.append(cpu_per_job)
+    print(
+        f"{args.model}: {statistics.median(rates):,.0f} jobs/s, {statistics.median(cpus) * 1e6:.1f} us CPU "
+        f"per job in this process (medians of {args.drains} drains of {args.n:,})"
+    )
 
 
 def main() -> None:
@@ -64,6 +89,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--cprofile", action="store_true", help="also cProfile a drain: the worker thread's CPU by function"
+    )
+    parser.add_argument(
+        "--drains", type=int, default=0, help="only drain, this many times, and print the medians"
     )
     args = parser.parse_args()
     model = apps.get_model(args.model)
@@ -77,6 +105,9 @@ def main() -> None:
     server.close()
     call_command("migrate", verbosity=0)
 
+    if args.drains:
+        drains(model, args)
+        return
     fill(model, args.n)
     print(f"{args.model}: {drain(model, args.batch):,.0f} jobs/s without profiler")
 
