@@ -73,6 +73,9 @@ class Behaviour(QueueMixin):
             HANDLER_HOOKS[self.name](self)
         if self.action == "hook":  # before any statement: no savepoint exists yet
             transaction.on_commit(lambda: COMMITTED_HOOKS.append(self.pk))
+        elif self.action == "mark":  # a test in another process learns the handler has begun
+            with open(self.note, "a") as started:
+                started.write(f"{os.getpid()}\n")
         if self.sleep:
             time.sleep(self.sleep)
         Ledger.objects.create(kind=type(self).__name__, job_id=self.pk, attempt=self.queue_attempts)
